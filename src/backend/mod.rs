@@ -1,0 +1,112 @@
+//! Backends lower and run a [`Graph`]. Every backend implements the same op set; the CPU backend
+//! is the reference the GPU backends are tested against.
+//!
+//! Resources live inside the backend and are named by handles: a weight set is uploaded once
+//! and shared by all graphs of a model; a state set holds one sequence's persistent buffers
+//! (KV cache, conv and recurrent state); a compiled graph is planned once and run many times.
+
+pub mod cpu;
+pub mod host;
+
+pub use host::{HostData, HostTensor, TensorBytes, WeightStore};
+
+use crate::graph::Graph;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BackendError {
+    #[error("unknown backend '{0}' (available: {1})")]
+    Unknown(String, String),
+    #[error("backend {backend} is unavailable: {reason}")]
+    Unavailable { backend: String, reason: String },
+    #[error("{backend}: weight '{name}' is missing from the uploaded weight set")]
+    MissingWeight { backend: String, name: String },
+    #[error("{backend}: weight '{name}' is {got}, the graph expects {want}")]
+    WeightMismatch {
+        backend: String,
+        name: String,
+        got: String,
+        want: String,
+    },
+    #[error("{backend}: state '{name}' is missing from the state set")]
+    MissingState { backend: String, name: String },
+    #[error("{backend}: input '{name}': {msg}")]
+    BadInput { backend: String, name: String, msg: String },
+    #[error("{backend}: invalid handle {what}")]
+    BadHandle { backend: String, what: String },
+    #[error("{backend}: op {op} is not supported: {msg}")]
+    Unsupported { backend: String, op: String, msg: String },
+    #[error("{backend}: {msg}")]
+    Device { backend: String, msg: String },
+    #[error(transparent)]
+    Quant(#[from] crate::tensor::quant::QuantError),
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
+}
+
+/// Declares one persistent per-sequence f32 buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateDecl {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+impl StateDecl {
+    pub fn new(name: impl Into<String>, shape: &[usize]) -> Self {
+        StateDecl {
+            name: name.into(),
+            shape: shape.to_vec(),
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WeightsId(pub u32);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StatesId(pub u32);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExecId(pub u32);
+
+/// A graph lowering and its device resources.
+pub trait Backend {
+    /// Short name, e.g. `cpu`, `wgpu (NVIDIA H200)`.
+    fn name(&self) -> String;
+
+    /// Makes a weight set resident. Graphs bind weights by name at run time.
+    fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError>;
+
+    /// Allocates one sequence's states, zero-filled.
+    fn alloc_states(&mut self, decls: &[StateDecl]) -> Result<StatesId, BackendError>;
+    fn free_states(&mut self, states: StatesId) -> Result<(), BackendError>;
+    fn read_state(&mut self, states: StatesId, name: &str) -> Result<Vec<f32>, BackendError>;
+    fn write_state(&mut self, states: StatesId, name: &str, data: &[f32]) -> Result<(), BackendError>;
+    /// Copies every state of `src` into `dst` (same declarations): snapshots and forks.
+    fn copy_states(&mut self, src: StatesId, dst: StatesId) -> Result<(), BackendError>;
+
+    /// Validates and plans a graph for repeated runs.
+    fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError>;
+
+    /// Runs a compiled graph. `inputs` must name every graph input; returns the graph's
+    /// outputs in declaration order.
+    fn run(
+        &mut self,
+        exe: ExecId,
+        weights: WeightsId,
+        states: StatesId,
+        inputs: &[(&str, HostData)],
+    ) -> Result<Vec<(String, HostTensor)>, BackendError>;
+}
+
+/// Names accepted by [`create`].
+pub const BACKENDS: &[&str] = &["cpu"];
+
+/// Creates a backend by name (`cpu`, …).
+pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
+    match name {
+        "cpu" => Err(BackendError::Unavailable { backend: "cpu".into(), reason: "being written".into() }),
+        other => Err(BackendError::Unknown(other.to_string(), BACKENDS.join(", "))),
+    }
+}

@@ -1,0 +1,5 @@
+//! The `deltaspec` command line. (Being written.)
+
+pub fn main() -> i32 {
+    0
+}

@@ -1,0 +1,135 @@
+//! The op set: the fused operations the Qwen3.5 target and its drafters need.
+//!
+//! Conventions shared by every backend:
+//! - Shapes are row-major; the last dimension is contiguous. A linear weight is `[out, in]`
+//!   (GGUF stores it as `ne = {in, out}`), quantized along `in`.
+//! - Activations are f32; token ids and positions are i32.
+//! - Nodes run in the order they were added. Ops that take a state tensor update it in place,
+//!   so a later node sees the update (attention appends K/V before it attends).
+
+/// How GDN value heads map to key heads when `nv > nk` (`r = nv / nk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadMap {
+    /// Value head `j` uses key head `j % nk` (llama.cpp `qwen35` GGUFs reorder V heads so).
+    Tiled,
+    /// Value head `j` uses key head `j / r` (HF checkpoints and `qwen3next` GGUFs).
+    Grouped,
+}
+
+impl HeadMap {
+    pub fn key_head(self, value_head: usize, nk: usize, nv: usize) -> usize {
+        match self {
+            HeadMap::Tiled => value_head % nk,
+            HeadMap::Grouped => value_head / (nv / nk),
+        }
+    }
+}
+
+/// Geometry and constants of a gated-delta-net op.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdnParams {
+    pub nk: usize,
+    pub nv: usize,
+    pub dk: usize,
+    pub dv: usize,
+    pub head_map: HeadMap,
+    /// eps of the q/k L2 normalisation (`x · rsqrt(Σx² + eps)`).
+    pub l2_eps: f32,
+}
+
+impl GdnParams {
+    pub fn key_dim(&self) -> usize {
+        self.nk * self.dk
+    }
+    pub fn value_dim(&self) -> usize {
+        self.nv * self.dv
+    }
+    /// Width of the `[q | k | v]` row the conv produces.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+}
+
+/// Geometry of an attention op.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies q·k (usually `head_dim^-0.5`).
+    pub scale: f32,
+}
+
+/// One operation. Inputs and outputs are listed per variant as `inputs -> outputs`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `table [V, D]` (weight, any dtype), `ids i32 [T]` -> `[T, D]`: dequantized rows.
+    Embed,
+    /// `x [N, K]`, `w [M, K]` (weight, any dtype) -> `[N, M]`: `y = x · wᵀ`.
+    MatMul,
+    /// `a`, `b` (same shape) -> `a + b`.
+    Add,
+    /// `x [.., D]`, `w [D]` -> `x · rsqrt(mean(x²) + eps) · w`, over the last dimension.
+    RmsNorm { eps: f32 },
+    /// `x`, `r` (same shape `[.., D]`), `w [D]` -> (`s = x + r`, `rmsnorm(s) · w`).
+    AddRmsNorm { eps: f32 },
+    /// `x [.., G, D]`, `z` (same element count), `w [D]` -> `rmsnorm(x) · w · silu(z)` per group of D.
+    GatedRmsNorm { eps: f32 },
+    /// `x [.., D]` -> `x · rsqrt(Σx² + eps) · scale`.
+    L2Norm { eps: f32, scale: f32 },
+    /// Causal depthwise conv with SiLU over T new rows, continuing from the state:
+    /// `x [T, C]`, `w [C, K]` (weight), `state [K-1, C]` (state, the previous K-1 inputs)
+    /// -> `y [T, C]`; the state is updated to the last K-1 inputs.
+    ConvStep,
+    /// Gated delta net over T tokens with raw gates, recurrent form:
+    /// `qkv [T, 2·nk·dk + nv·dv]` (conv output, `[q | k | v]`), `b [T, nv]`, `a [T, nv]`,
+    /// `ssm_a [nv]` (= −exp(A_log)), `dt_bias [nv]`, `state [nv, dk, dv]` (state)
+    /// -> `o [T, nv, dv]`. Inside: q, k L2-normalised, q scaled by `dk^-0.5`,
+    /// `beta = sigmoid(b)`, `g = ssm_a · softplus(a + dt_bias)`; the state is updated.
+    GatedDeltaNet(GdnParams),
+    /// `x [.., W]` -> `x[.., offset .. offset + len]` (a contiguous copy).
+    SliceLast { offset: usize, len: usize },
+    /// Same data, new shape (equal element count): a view, never a copy.
+    Reshape { shape: Vec<usize> },
+    /// Partial NeoX rotary embedding: `x [T, H, D]`, `pos i32 [T]` -> same shape; dims
+    /// `[0, rot)` rotate in pairs `(i, i + rot/2)` with `inv_freq = theta^(-2i/rot)`.
+    Rope { rot: usize, theta: f32 },
+    /// GQA attention over a KV cache with a causal mask:
+    /// `q [T, nh, hd]`, `k [T, nkv, hd]`, `v [T, nkv, hd]`, `pos i32 [T]`,
+    /// `k_cache [cap, nkv, hd]`, `v_cache [cap, nkv, hd]` (states) -> `[T, nh, hd]`.
+    /// Row `pos[t]` of the caches is written with the new k/v first; query t then attends to
+    /// cache rows `0 ..= pos[t]`.
+    Attention(AttnParams),
+    /// `x`, `g` (same shape) -> `x · sigmoid(g)`.
+    SigmoidMul,
+    /// `gate`, `up` (same shape) -> `silu(gate) · up`.
+    SwiGlu,
+    /// `x [N, V]` -> `i32 [N]`: index of the maximum (first on ties).
+    ArgMax,
+    /// `x [N, V]` -> (`values [N, k]`, `indices i32 [N, k]`), descending; ties keep the lower index.
+    TopK { k: usize },
+}
+
+impl Op {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Embed => "embed",
+            Op::MatMul => "matmul",
+            Op::Add => "add",
+            Op::RmsNorm { .. } => "rms_norm",
+            Op::AddRmsNorm { .. } => "add_rms_norm",
+            Op::GatedRmsNorm { .. } => "gated_rms_norm",
+            Op::L2Norm { .. } => "l2_norm",
+            Op::ConvStep => "conv_step",
+            Op::GatedDeltaNet(_) => "gated_delta_net",
+            Op::SliceLast { .. } => "slice_last",
+            Op::Reshape { .. } => "reshape",
+            Op::Rope { .. } => "rope",
+            Op::Attention(_) => "attention",
+            Op::SigmoidMul => "sigmoid_mul",
+            Op::SwiGlu => "swiglu",
+            Op::ArgMax => "argmax",
+            Op::TopK { .. } => "top_k",
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Per-sequence state: KV cache, DeltaNet recurrent and conv state. (Being written.)
