@@ -106,7 +106,7 @@ pub const BACKENDS: &[&str] = &["cpu"];
 /// Creates a backend by name (`cpu`, …).
 pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
     match name {
-        "cpu" => Err(BackendError::Unavailable { backend: "cpu".into(), reason: "being written".into() }),
+        "cpu" => Ok(Box::new(cpu::CpuBackend::new())),
         other => Err(BackendError::Unknown(other.to_string(), BACKENDS.join(", "))),
     }
 }
