@@ -146,6 +146,9 @@ impl GraphBuilder {
     pub fn slice_last(&mut self, x: TensorId, offset: usize, len: usize) -> R<TensorId> {
         self.one(Op::SliceLast { offset, len }, &[x])
     }
+    pub fn rows(&mut self, x: TensorId, start: usize, len: usize) -> R<TensorId> {
+        self.one(Op::Rows { start, len }, &[x])
+    }
     pub fn reshape(&mut self, x: TensorId, shape: &[usize]) -> R<TensorId> {
         self.one(Op::Reshape { shape: shape.to_vec() }, &[x])
     }

@@ -89,6 +89,8 @@ pub enum Op {
     GatedDeltaNet(GdnParams),
     /// `x [.., W]` -> `x[.., offset .. offset + len]` (a contiguous copy).
     SliceLast { offset: usize, len: usize },
+    /// `x [N, D]` -> `x[start .. start + len, :]` (a contiguous copy of whole rows).
+    Rows { start: usize, len: usize },
     /// Same data, new shape (equal element count): a view, never a copy.
     Reshape { shape: Vec<usize> },
     /// Partial NeoX rotary embedding: `x [T, H, D]`, `pos i32 [T]` -> same shape; dims
@@ -123,6 +125,7 @@ impl Op {
             Op::ConvStep => "conv_step",
             Op::GatedDeltaNet(_) => "gated_delta_net",
             Op::SliceLast { .. } => "slice_last",
+            Op::Rows { .. } => "rows",
             Op::Reshape { .. } => "reshape",
             Op::Rope { .. } => "rope",
             Op::Attention(_) => "attention",

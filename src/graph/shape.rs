@@ -203,6 +203,15 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             *s.last_mut().expect("rank checked") = *len;
             Ok(f32_out(s))
         }
+        Op::Rows { start, len } => {
+            c.arity(1)?;
+            let x = c.f32(0)?;
+            c.rank(x, 2)?;
+            if *len == 0 || start + len > x.shape[0] {
+                return c.err(format!("rows {start}..{} of {}", start + len, x.shape[0]));
+            }
+            Ok(f32_out(vec![*len, x.shape[1]]))
+        }
         Op::Reshape { shape } => {
             c.arity(1)?;
             let x = ins[0];

@@ -1,0 +1,173 @@
+//! Binds a `qwen35` GGUF file: config from `{arch}.*` keys, weights zero-copy from the mmap.
+
+use super::{Qwen35, Source};
+use crate::backend::{HostTensor, WeightStore};
+use crate::gguf::GgufFile;
+use crate::graph::HeadMap;
+use crate::model::{LayerKind, ModelError, Qwen35Config};
+use crate::tokenizer::{GgufVocab, Tokenizer};
+use std::path::Path;
+
+/// A key that may hold a scalar or a per-layer array (take the first entry).
+fn scalar_or_first(f: &GgufFile, key: &str) -> Result<u64, ModelError> {
+    if let Ok(a) = f.get_u64_array(key) {
+        return a.first().copied().ok_or_else(|| ModelError::Config(format!("{key} is an empty array")));
+    }
+    Ok(f.get_u64(key)?)
+}
+
+fn layer_pattern(f: &GgufFile, a: &str, n_layers: usize) -> Result<Vec<LayerKind>, ModelError> {
+    let rec_key = format!("{a}.attention.recurrent_layers");
+    if f.get(&rec_key).is_some() {
+        let rec = f.get_bool_array(&rec_key)?;
+        if rec.len() < n_layers {
+            return Err(ModelError::Config(format!("{rec_key} has {} entries for {n_layers} layers", rec.len())));
+        }
+        return Ok(rec[..n_layers]
+            .iter()
+            .map(|r| if *r { LayerKind::DeltaNet } else { LayerKind::Attention })
+            .collect());
+    }
+    let interval = f.get_u64(&format!("{a}.full_attention_interval")).unwrap_or(4) as usize;
+    Ok(Qwen35Config::pattern_from_interval(n_layers, interval))
+}
+
+pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError> {
+    let a = f.architecture()?;
+    if a != "qwen35" {
+        return Err(ModelError::WrongArch { arch: a.to_string() });
+    }
+    let k = |s: &str| format!("{a}.{s}");
+    let u = |s: &str| -> Result<usize, ModelError> { Ok(scalar_or_first(f, &k(s))? as usize) };
+    let n_layers = u("block_count")?;
+    let nv = u("ssm.time_step_rank")?;
+    let inner = u("ssm.inner_size")?;
+    if nv == 0 || inner % nv != 0 {
+        return Err(ModelError::Config(format!("ssm.inner_size {inner} is not a multiple of ssm.time_step_rank {nv}")));
+    }
+    let embd = f
+        .tensor(super::names::TOKEN_EMBD)
+        .ok_or_else(|| ModelError::Weight {
+            name: super::names::TOKEN_EMBD.into(),
+            msg: "missing from the GGUF".into(),
+        })?;
+    let head_dim = u("attention.key_length")?;
+    Ok(Qwen35Config {
+        n_layers,
+        hidden: u("embedding_length")?,
+        ffn: u("feed_forward_length")?,
+        vocab: embd.shape()[0],
+        n_heads: u("attention.head_count")?,
+        n_kv_heads: u("attention.head_count_kv")?,
+        head_dim,
+        rot: f.get_u64(&k("rope.dimension_count")).map(|v| v as usize).unwrap_or(head_dim),
+        rope_theta: f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0),
+        eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+        conv_kernel: u("ssm.conv_kernel")?,
+        nk: u("ssm.group_count")?,
+        nv,
+        dk: u("ssm.state_size")?,
+        dv: inner / nv,
+        layers: layer_pattern(f, a, n_layers)?,
+        // llama.cpp's converter reorders qwen35 V heads so that value head j uses key head j % nk.
+        head_map: HeadMap::Tiled,
+        context_length: f.get_u64(&k("context_length")).map(|v| v as usize).unwrap_or(4096),
+    })
+}
+
+/// Every tensor the graph binds for `cfg`, with the shape it must have (row-major).
+pub(super) fn expected_tensors(c: &Qwen35Config) -> Vec<(String, Vec<usize>)> {
+    use super::names::*;
+    let mut v = vec![
+        (TOKEN_EMBD.to_string(), vec![c.vocab, c.hidden]),
+        (OUTPUT.to_string(), vec![c.vocab, c.hidden]),
+        (OUTPUT_NORM.to_string(), vec![c.hidden]),
+    ];
+    for (i, kind) in c.layers.iter().enumerate() {
+        let mut add = |n: &str, s: Vec<usize>| v.push((blk(i, n), s));
+        add("attn_norm.weight", vec![c.hidden]);
+        add("post_attention_norm.weight", vec![c.hidden]);
+        add("ffn_gate.weight", vec![c.ffn, c.hidden]);
+        add("ffn_up.weight", vec![c.ffn, c.hidden]);
+        add("ffn_down.weight", vec![c.hidden, c.ffn]);
+        match kind {
+            LayerKind::Attention => {
+                let (q, kv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+                add("attn_q.weight", vec![2 * q, c.hidden]);
+                add("attn_k.weight", vec![kv, c.hidden]);
+                add("attn_v.weight", vec![kv, c.hidden]);
+                add("attn_output.weight", vec![c.hidden, q]);
+                add("attn_q_norm.weight", vec![c.head_dim]);
+                add("attn_k_norm.weight", vec![c.head_dim]);
+            }
+            LayerKind::DeltaNet => {
+                add("attn_qkv.weight", vec![c.conv_dim(), c.hidden]);
+                add("attn_gate.weight", vec![c.value_dim(), c.hidden]);
+                add("ssm_beta.weight", vec![c.nv, c.hidden]);
+                add("ssm_alpha.weight", vec![c.nv, c.hidden]);
+                add("ssm_conv1d.weight", vec![c.conv_dim(), c.conv_kernel]);
+                add("ssm_a", vec![c.nv]);
+                add("ssm_dt.bias", vec![c.nv]);
+                add("ssm_norm.weight", vec![c.dv]);
+                add("ssm_out.weight", vec![c.hidden, c.value_dim()]);
+            }
+        }
+    }
+    v
+}
+
+/// Checks `store` holds every expected tensor with its expected shape.
+pub(super) fn check_weights(c: &Qwen35Config, store: &WeightStore) -> Result<(), ModelError> {
+    for (name, shape) in expected_tensors(c) {
+        let t = store.get(&name).ok_or_else(|| ModelError::Weight {
+            name: name.clone(),
+            msg: "missing".into(),
+        })?;
+        if t.shape != shape {
+            return Err(ModelError::Weight {
+                name,
+                msg: format!("has shape {:?}, the config implies {:?}", t.shape, shape),
+            });
+        }
+        if !t.dtype.is_dequantizable() {
+            return Err(ModelError::Weight {
+                name,
+                msg: format!("type {} is not supported", t.dtype),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
+    let f = GgufFile::open(path)?;
+    let cfg = config_from_gguf(&f)?;
+    let mut weights = WeightStore::default();
+    for t in &f.tensors {
+        weights.insert(
+            t.name.clone(),
+            HostTensor {
+                dtype: t.dtype,
+                shape: t.shape(),
+                data: f.tensor_data(t),
+            },
+        );
+    }
+    // Tied embeddings: llama.cpp omits `output.weight` and reuses the token table.
+    if weights.get(super::names::OUTPUT).is_none()
+        && let Some(e) = weights.get(super::names::TOKEN_EMBD).cloned()
+    {
+        weights.insert(super::names::OUTPUT, e);
+    }
+    check_weights(&cfg, &weights)?;
+    let tokenizer = match GgufVocab::from_gguf(&f)? {
+        Some(v) => Some(Tokenizer::from_gguf_vocab(&v)?),
+        None => None,
+    };
+    Ok(Qwen35 {
+        cfg,
+        weights,
+        tokenizer,
+        source: Source::Gguf,
+    })
+}

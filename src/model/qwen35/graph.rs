@@ -1,0 +1,186 @@
+//! Lowers one forward step of the target over T tokens to a graph.
+
+use super::names::{self, blk};
+use super::Qwen35;
+use crate::graph::{AttnParams, GdnParams, Graph, GraphBuilder, GraphError, TensorId};
+use crate::model::{LayerKind, ModelError};
+use crate::tensor::DType;
+
+/// Which rows of logits a step produces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogitRows {
+    /// One row per input token (`deltaspec logits`, verification).
+    All,
+    /// Only the last token's row (generation).
+    Last,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GraphOptions {
+    pub logits: LogitRows,
+    /// Also output the argmax of each logits row (`argmax`, i32).
+    pub argmax: bool,
+    /// Layers whose output (the residual stream after the layer) is captured as `hidden.{i}`.
+    pub capture: Vec<usize>,
+}
+
+impl Default for GraphOptions {
+    fn default() -> Self {
+        GraphOptions {
+            logits: LogitRows::All,
+            argmax: false,
+            capture: Vec::new(),
+        }
+    }
+}
+
+struct Ctx<'a> {
+    m: &'a Qwen35,
+    b: GraphBuilder,
+    t: usize,
+    /// KV rows of the attention states.
+    cap: usize,
+    pos: TensorId,
+}
+
+impl Ctx<'_> {
+    /// Declares a bound weight with the dtype and shape it was loaded with.
+    fn w(&mut self, name: &str) -> Result<TensorId, ModelError> {
+        let h = self.m.weights.get(name).ok_or_else(|| ModelError::Weight {
+            name: name.into(),
+            msg: "missing from the model".into(),
+        })?;
+        Ok(self.b.weight(name, h.dtype, &h.shape)?)
+    }
+
+    fn lin(&mut self, x: TensorId, name: &str) -> Result<TensorId, ModelError> {
+        let w = self.w(name)?;
+        Ok(self.b.matmul(x, w)?)
+    }
+
+    fn attention(&mut self, i: usize, x: TensorId) -> Result<TensorId, ModelError> {
+        let c = &self.m.cfg;
+        let (t, nh, nkv, hd, eps) = (self.t, c.n_heads, c.n_kv_heads, c.head_dim, c.eps);
+        let (rot, theta) = (c.rot, c.rope_theta);
+        // attn_q interleaves query and gate per head: [q_h (hd) | gate_h (hd)] for each head.
+        let qg = self.lin(x, &blk(i, "attn_q.weight"))?;
+        let qg = self.b.reshape(qg, &[t, nh, 2 * hd])?;
+        let q = self.b.slice_last(qg, 0, hd)?;
+        let gate = self.b.slice_last(qg, hd, hd)?;
+        let k = self.lin(x, &blk(i, "attn_k.weight"))?;
+        let k = self.b.reshape(k, &[t, nkv, hd])?;
+        let v = self.lin(x, &blk(i, "attn_v.weight"))?;
+        let v = self.b.reshape(v, &[t, nkv, hd])?;
+        let qn = self.w(&blk(i, "attn_q_norm.weight"))?;
+        let kn = self.w(&blk(i, "attn_k_norm.weight"))?;
+        let q = self.b.rms_norm(q, qn, eps)?;
+        let k = self.b.rms_norm(k, kn, eps)?;
+        let q = self.b.rope(q, self.pos, rot, theta)?;
+        let k = self.b.rope(k, self.pos, rot, theta)?;
+        let cap = self.cap;
+        let kc = self.b.state(&names::k_cache(i), &[cap, nkv, hd])?;
+        let vc = self.b.state(&names::v_cache(i), &[cap, nkv, hd])?;
+        let p = AttnParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let a = self.b.attention(p, q, k, v, self.pos, kc, vc)?;
+        let a = self.b.sigmoid_mul(a, gate)?;
+        let a = self.b.reshape(a, &[t, nh * hd])?;
+        self.lin(a, &blk(i, "attn_output.weight"))
+    }
+
+    fn delta_net(&mut self, i: usize, x: TensorId) -> Result<TensorId, ModelError> {
+        let c = &self.m.cfg;
+        let p = GdnParams {
+            nk: c.nk,
+            nv: c.nv,
+            dk: c.dk,
+            dv: c.dv,
+            head_map: c.head_map,
+            l2_eps: 1e-6,
+        };
+        let (t, eps, kconv) = (self.t, c.eps, c.conv_kernel);
+        let qkv = self.lin(x, &blk(i, "attn_qkv.weight"))?;
+        let z = self.lin(x, &blk(i, "attn_gate.weight"))?;
+        let beta = self.lin(x, &blk(i, "ssm_beta.weight"))?;
+        let alpha = self.lin(x, &blk(i, "ssm_alpha.weight"))?;
+        let conv_w = self.w(&blk(i, "ssm_conv1d.weight"))?;
+        let conv_state = self.b.state(&names::conv_state(i), &[kconv - 1, p.conv_dim()])?;
+        let qkv = self.b.conv_step(qkv, conv_w, conv_state)?;
+        let ssm_a = self.w(&blk(i, "ssm_a"))?;
+        let dt_bias = self.w(&blk(i, "ssm_dt.bias"))?;
+        let ssm_state = self.b.state(&names::ssm_state(i), &[p.nv, p.dk, p.dv])?;
+        let o = self.b.gated_delta_net(p, qkv, beta, alpha, ssm_a, dt_bias, ssm_state)?;
+        let z = self.b.reshape(z, &[t, p.nv, p.dv])?;
+        let norm_w = self.w(&blk(i, "ssm_norm.weight"))?;
+        let y = self.b.gated_rms_norm(o, z, norm_w, eps)?;
+        let y = self.b.reshape(y, &[t, p.value_dim()])?;
+        self.lin(y, &blk(i, "ssm_out.weight"))
+    }
+
+    fn mlp(&mut self, i: usize, x: TensorId) -> Result<TensorId, ModelError> {
+        let g = self.lin(x, &blk(i, "ffn_gate.weight"))?;
+        let u = self.lin(x, &blk(i, "ffn_up.weight"))?;
+        let s = self.b.swiglu(g, u)?;
+        self.lin(s, &blk(i, "ffn_down.weight"))
+    }
+}
+
+impl Qwen35 {
+    /// The graph of one step over `t` tokens (inputs `ids` and `pos`, i32 `[t]`) for states
+    /// made by [`Qwen35::state_decls`] with `ctx` positions.
+    pub fn step_graph(&self, t: usize, ctx: usize, opts: &GraphOptions) -> Result<Graph, ModelError> {
+        if t == 0 {
+            return Err(GraphError::Invalid("a step needs at least one token".into()).into());
+        }
+        let mut b = GraphBuilder::new();
+        let ids = b.input("ids", DType::I32, &[t])?;
+        let pos = b.input("pos", DType::I32, &[t])?;
+        let mut cx = Ctx {
+            m: self,
+            b,
+            t,
+            cap: ctx,
+            pos,
+        };
+        let c = &self.cfg;
+
+        let embd = cx.w(names::TOKEN_EMBD)?;
+        let mut resid = cx.b.embed(embd, ids)?;
+        let attn_norm0 = cx.w(&blk(0, "attn_norm.weight"))?;
+        let mut normed = cx.b.rms_norm(resid, attn_norm0, c.eps)?;
+        for (i, kind) in c.layers.iter().enumerate() {
+            let mixed = match kind {
+                LayerKind::Attention => cx.attention(i, normed)?,
+                LayerKind::DeltaNet => cx.delta_net(i, normed)?,
+            };
+            let post = cx.w(&blk(i, "post_attention_norm.weight"))?;
+            (resid, normed) = cx.b.add_rms_norm(mixed, resid, post, c.eps)?;
+            let ffn = cx.mlp(i, normed)?;
+            let next_norm = if i + 1 < c.n_layers {
+                blk(i + 1, "attn_norm.weight")
+            } else {
+                names::OUTPUT_NORM.to_string()
+            };
+            let nw = cx.w(&next_norm)?;
+            (resid, normed) = cx.b.add_rms_norm(ffn, resid, nw, c.eps)?;
+            if opts.capture.contains(&i) {
+                cx.b.output(&format!("hidden.{i}"), resid)?;
+            }
+        }
+        let head_in = match opts.logits {
+            LogitRows::All => normed,
+            LogitRows::Last => cx.b.rows(normed, t - 1, 1)?,
+        };
+        let logits = cx.lin(head_in, names::OUTPUT)?;
+        cx.b.output("logits", logits)?;
+        if opts.argmax {
+            let am = cx.b.argmax(logits)?;
+            cx.b.output("argmax", am)?;
+        }
+        Ok(cx.b.build())
+    }
+}

@@ -1,0 +1,56 @@
+//! Shared helpers for integration tests.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// ‖a − b‖ / ‖b‖ in f64.
+pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let d = *x as f64 - *y as f64;
+        num += d * d;
+        den += (*y as f64) * (*y as f64);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Index of the maximum of each row.
+pub fn argmax_rows(v: &[f32], width: usize) -> Vec<usize> {
+    v.chunks(width)
+        .map(|r| {
+            let mut best = 0;
+            for (i, x) in r.iter().enumerate() {
+                if *x > r[best] {
+                    best = i;
+                }
+            }
+            best
+        })
+        .collect()
+}
+
+/// Every tensor of a safetensors file as f32 (F32/I32/I64 sources) with its shape.
+pub fn read_safetensors(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, v)| {
+            let d = v.data();
+            let vals: Vec<f32> = match v.dtype() {
+                safetensors::Dtype::F32 => d.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+                safetensors::Dtype::I32 => d.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f32).collect(),
+                safetensors::Dtype::I64 => d.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f32).collect(),
+                safetensors::Dtype::U8 => d.iter().map(|b| *b as f32).collect(),
+                other => panic!("{name}: dtype {other:?} not handled in tests"),
+            };
+            (name, (v.shape().to_vec(), vals))
+        })
+        .collect()
+}
