@@ -98,6 +98,17 @@ pub trait Backend {
         states: StatesId,
         inputs: &[(&str, HostData)],
     ) -> Result<Vec<(String, HostTensor)>, BackendError>;
+
+    /// Measures device-memory copy bandwidth in bytes/s (read + write counted) over a buffer
+    /// of `bytes`: the roofline the decode benchmark compares against.
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<f64, BackendError> {
+        let _ = bytes;
+        Err(BackendError::Unsupported {
+            backend: self.name(),
+            op: "copy_bandwidth".into(),
+            msg: "not measured on this backend".into(),
+        })
+    }
 }
 
 /// Names accepted by [`create`].

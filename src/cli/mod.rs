@@ -2,9 +2,11 @@
 //!
 //! Every failure prints one line (`error: …`) and exits with code 2.
 
+mod bench;
 mod generate;
 mod info;
 mod logits;
+mod synth;
 mod tokens;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +30,11 @@ pub enum Command {
     Logits(logits::Args),
     /// Greedy generation.
     Generate(generate::Args),
+    /// Writes a random model with real tensor names and shapes.
+    Synth(synth::Args),
+    /// Speed measurements.
+    #[command(subcommand)]
+    Bench(bench::Which),
 }
 
 /// Runs the CLI with the process arguments and returns the exit code.
@@ -55,5 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Info { model } => info::run(&model),
         Command::Logits(a) => logits::run(&a),
         Command::Generate(a) => generate::run(&a),
+        Command::Synth(a) => synth::run(&a),
+        Command::Bench(w) => bench::run(&w),
     }
 }

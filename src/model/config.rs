@@ -72,7 +72,7 @@ impl Qwen35Config {
             .map(|k| if *k == LayerKind::Attention { 'A' } else { 'L' })
             .collect();
         for period in 1..=s.len() {
-            if s.len() % period == 0 && s == s[..period].repeat(s.len() / period) {
+            if period < s.len() && s.len().is_multiple_of(period) && s == s[..period].repeat(s.len() / period) {
                 return format!("{}×{}", &s[..period], s.len() / period);
             }
         }

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod qwen35;
 pub mod session;
+pub mod synth;
 
 pub use config::{LayerKind, Qwen35Config};
 pub use qwen35::Qwen35;

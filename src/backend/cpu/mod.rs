@@ -156,4 +156,22 @@ impl Backend for CpuBackend {
         let set = self.state_set(states)?;
         exec::run(&graph, &plan, &w, &mut set.data, inputs)
     }
+
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<f64, BackendError> {
+        // Parallel copy over the rayon pool, best of a few repeats (the first touches pages).
+        use rayon::prelude::*;
+        let n = (bytes / 4).max(1 << 20);
+        let src = vec![1.0f32; n];
+        let mut dst = vec![0.0f32; n];
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            dst.par_chunks_mut(1 << 16)
+                .zip(src.par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        std::hint::black_box(&dst);
+        Ok(2.0 * (n * 4) as f64 / best)
+    }
 }

@@ -76,7 +76,7 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
 }
 
 /// Every tensor the graph binds for `cfg`, with the shape it must have (row-major).
-pub(super) fn expected_tensors(c: &Qwen35Config) -> Vec<(String, Vec<usize>)> {
+pub(crate) fn expected_tensors(c: &Qwen35Config) -> Vec<(String, Vec<usize>)> {
     use super::names::*;
     let mut v = vec![
         (TOKEN_EMBD.to_string(), vec![c.vocab, c.hidden]),

@@ -9,6 +9,7 @@ mod graph;
 mod hf_load;
 
 pub use graph::{GraphOptions, LogitRows};
+pub(crate) use gguf_load::expected_tensors;
 
 use super::{ModelError, Qwen35Config};
 use crate::backend::{StateDecl, WeightStore};

@@ -1,0 +1,123 @@
+//! `deltaspec bench`: decode speed against the bandwidth roofline, and copy bandwidth.
+
+use crate::backend;
+use crate::model::qwen35::{GraphOptions, LogitRows, names};
+use crate::model::{Qwen35, Session};
+use anyhow::Context;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Which {
+    /// Decode tokens/s, bytes per token and the ratio to the bandwidth roofline.
+    Decode(DecodeArgs),
+    /// Device copy bandwidth.
+    Bandwidth(BandwidthArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DecodeArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// Decode steps timed.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    pub n: usize,
+    /// Context capacity of the sequence (KV rows allocated).
+    #[arg(long, default_value_t = 1024)]
+    pub ctx: usize,
+    /// Buffer size for the bandwidth measurement, MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub bw_mib: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BandwidthArgs {
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    #[arg(long, default_value_t = 1024)]
+    pub mib: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(w: &Which) -> anyhow::Result<()> {
+    match w {
+        Which::Decode(a) => decode(a),
+        Which::Bandwidth(a) => bandwidth(a),
+    }
+}
+
+fn bandwidth(a: &BandwidthArgs) -> anyhow::Result<()> {
+    let mut be = backend::create(&a.backend)?;
+    let bw = be.copy_bandwidth(a.mib << 20)?;
+    if a.json {
+        println!("{}", serde_json::json!({"backend": be.name(), "copy_bytes_per_second": bw}));
+    } else {
+        println!("{}: copy bandwidth {:.1} GB/s ({} MiB buffer)", be.name(), bw / 1e9, a.mib);
+    }
+    Ok(())
+}
+
+/// Weight bytes one decode step streams: every weight once, but only one embedding row.
+fn bytes_per_token(m: &Qwen35) -> usize {
+    let embd = m.weights.get(names::TOKEN_EMBD).map(|t| t.bytes().len()).unwrap_or(0);
+    m.weights.total_bytes() - embd + embd / m.cfg.vocab.max(1)
+}
+
+fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
+    let mut be = backend::create(&a.backend)?;
+    let bw = be.copy_bandwidth(a.bw_mib << 20).ok();
+    let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let ctx = a.ctx.max(a.n + 2);
+    let name = be.name();
+    let mut s = Session::new(&m, be.as_mut(), ctx)?;
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: Vec::new(),
+    };
+    // Warm-up: compiles the step graph and touches every weight once.
+    let mut tok = s.forward(&[1], &opts)?.argmax[0];
+    let bar = indicatif::ProgressBar::new(a.n as u64);
+    if a.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let t = Instant::now();
+    for _ in 0..a.n {
+        tok = s.forward(&[tok], &opts)?.argmax[0];
+        bar.inc(1);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let tps = a.n as f64 / secs;
+    let bpt = bytes_per_token(&m);
+    let roofline = bw.map(|b| b / bpt as f64);
+    let ratio = roofline.map(|r| tps / r);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "backend": name, "model": a.model.display().to_string(), "n": a.n,
+                "tokens_per_second": tps, "ms_per_token": 1e3 / tps,
+                "weight_bytes_per_token": bpt, "copy_bytes_per_second": bw,
+                "roofline_tokens_per_second": roofline, "roofline_ratio": ratio,
+            })
+        );
+    } else {
+        println!("backend:        {name}");
+        println!("decode:         {tps:.2} tok/s ({:.3} ms/token, {} steps)", 1e3 / tps, a.n);
+        println!("bytes/token:    {:.3} GiB of weights", bpt as f64 / (1u64 << 30) as f64);
+        match (bw, roofline, ratio) {
+            (Some(b), Some(r), Some(q)) => {
+                println!("copy bandwidth: {:.1} GB/s", b / 1e9);
+                println!("roofline:       {r:.2} tok/s  → ratio {q:.3}");
+            }
+            _ => println!("roofline:       n/a (backend cannot measure bandwidth)"),
+        }
+    }
+    Ok(())
+}
