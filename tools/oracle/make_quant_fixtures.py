@@ -15,7 +15,8 @@ and for the types gguf-py can quantize
 
 Usage: python3 -m venv /tmp/ggq && /tmp/ggq/bin/pip install gguf==0.19.0 numpy safetensors
        /tmp/ggq/bin/python tools/oracle/make_quant_fixtures.py
-Deterministic (fixed seed), so rerunning reproduces the committed file.
+Deterministic (fixed seed): rerunning reproduces the committed tensors (the header's
+JSON key order may differ between runs).
 """
 
 from pathlib import Path
