@@ -5,6 +5,7 @@
 //! - HF safetensors and llama.cpp's f32/bf16 GGUFs vs transformers' logits: ≤ 1e-5 relative.
 //! - llama.cpp-quantized GGUFs vs transformers run on the GGUF's own dequantized weights
 //!   (`reference-<quant>.safetensors`): ≤ 1e-5 relative.
+//!
 //! Both the prefill path and the decode path (prefill K, then one token at a time).
 
 mod common;
@@ -67,7 +68,10 @@ fn check(model_path: &Path, reference: &Path) {
     let vocab = m.cfg.vocab;
     let name = format!(
         "{} vs {}",
-        model_path.strip_prefix(fixtures()).unwrap_or(model_path).display(),
+        model_path
+            .strip_prefix(fixtures())
+            .unwrap_or(model_path)
+            .display(),
         reference.file_name().unwrap().to_string_lossy()
     );
 
@@ -90,17 +94,32 @@ fn check(model_path: &Path, reference: &Path) {
         let (logits, _) = run(&m, &r.ids, Some(*k));
         let e = rel_err(&logits, ref_dec);
         println!("{name}: decode path (prefill {k}) rel err {e:.3e}");
-        assert!(e <= TOL, "{name}: decode-path logits rel err {e:.3e} > {TOL:e}");
-        assert_eq!(argmax_rows(&logits, vocab), argmax_rows(ref_dec, vocab), "{name}: decode argmax");
+        assert!(
+            e <= TOL,
+            "{name}: decode-path logits rel err {e:.3e} > {TOL:e}"
+        );
+        assert_eq!(
+            argmax_rows(&logits, vocab),
+            argmax_rows(ref_dec, vocab),
+            "{name}: decode argmax"
+        );
     }
 }
 
 fn model_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures().join("models"))
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.join("config.json").exists()).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.join("config.json").exists())
+                .collect()
+        })
         .unwrap_or_default();
     dirs.sort();
-    assert!(!dirs.is_empty(), "no model fixtures under tests/fixtures/models");
+    assert!(
+        !dirs.is_empty(),
+        "no model fixtures under tests/fixtures/models"
+    );
     dirs
 }
 
@@ -135,7 +154,10 @@ fn llamacpp_quantized_ggufs_match_dequantized_reference() {
     let mut n = 0;
     for d in model_dirs() {
         for q in ["q8_0", "q6_k", "q4_k_m", "iq4_xs"] {
-            let (f, r) = (d.join(format!("model-{q}.gguf")), d.join(format!("reference-{q}.safetensors")));
+            let (f, r) = (
+                d.join(format!("model-{q}.gguf")),
+                d.join(format!("reference-{q}.safetensors")),
+            );
             if f.exists() && r.exists() {
                 check(&f, &r);
                 n += 1;

@@ -31,11 +31,19 @@ pub enum BackendError {
     #[error("{backend}: state '{name}' is missing from the state set")]
     MissingState { backend: String, name: String },
     #[error("{backend}: input '{name}': {msg}")]
-    BadInput { backend: String, name: String, msg: String },
+    BadInput {
+        backend: String,
+        name: String,
+        msg: String,
+    },
     #[error("{backend}: invalid handle {what}")]
     BadHandle { backend: String, what: String },
     #[error("{backend}: op {op} is not supported: {msg}")]
-    Unsupported { backend: String, op: String, msg: String },
+    Unsupported {
+        backend: String,
+        op: String,
+        msg: String,
+    },
     #[error("{backend}: {msg}")]
     Device { backend: String, msg: String },
     #[error(transparent)]
@@ -82,7 +90,12 @@ pub trait Backend {
     fn alloc_states(&mut self, decls: &[StateDecl]) -> Result<StatesId, BackendError>;
     fn free_states(&mut self, states: StatesId) -> Result<(), BackendError>;
     fn read_state(&mut self, states: StatesId, name: &str) -> Result<Vec<f32>, BackendError>;
-    fn write_state(&mut self, states: StatesId, name: &str, data: &[f32]) -> Result<(), BackendError>;
+    fn write_state(
+        &mut self,
+        states: StatesId,
+        name: &str,
+        data: &[f32],
+    ) -> Result<(), BackendError>;
     /// Copies every state of `src` into `dst` (same declarations): snapshots and forks.
     fn copy_states(&mut self, src: StatesId, dst: StatesId) -> Result<(), BackendError>;
 
@@ -118,6 +131,9 @@ pub const BACKENDS: &[&str] = &["cpu"];
 pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
     match name {
         "cpu" => Ok(Box::new(cpu::CpuBackend::new())),
-        other => Err(BackendError::Unknown(other.to_string(), BACKENDS.join(", "))),
+        other => Err(BackendError::Unknown(
+            other.to_string(),
+            BACKENDS.join(", "),
+        )),
     }
 }

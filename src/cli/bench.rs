@@ -55,16 +55,28 @@ fn bandwidth(a: &BandwidthArgs) -> anyhow::Result<()> {
     let mut be = backend::create(&a.backend)?;
     let bw = be.copy_bandwidth(a.mib << 20)?;
     if a.json {
-        println!("{}", serde_json::json!({"backend": be.name(), "copy_bytes_per_second": bw}));
+        println!(
+            "{}",
+            serde_json::json!({"backend": be.name(), "copy_bytes_per_second": bw})
+        );
     } else {
-        println!("{}: copy bandwidth {:.1} GB/s ({} MiB buffer)", be.name(), bw / 1e9, a.mib);
+        println!(
+            "{}: copy bandwidth {:.1} GB/s ({} MiB buffer)",
+            be.name(),
+            bw / 1e9,
+            a.mib
+        );
     }
     Ok(())
 }
 
 /// Weight bytes one decode step streams: every weight once, but only one embedding row.
 fn bytes_per_token(m: &Qwen35) -> usize {
-    let embd = m.weights.get(names::TOKEN_EMBD).map(|t| t.bytes().len()).unwrap_or(0);
+    let embd = m
+        .weights
+        .get(names::TOKEN_EMBD)
+        .map(|t| t.bytes().len())
+        .unwrap_or(0);
     m.weights.total_bytes() - embd + embd / m.cfg.vocab.max(1)
 }
 
@@ -109,8 +121,15 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
         );
     } else {
         println!("backend:        {name}");
-        println!("decode:         {tps:.2} tok/s ({:.3} ms/token, {} steps)", 1e3 / tps, a.n);
-        println!("bytes/token:    {:.3} GiB of weights", bpt as f64 / (1u64 << 30) as f64);
+        println!(
+            "decode:         {tps:.2} tok/s ({:.3} ms/token, {} steps)",
+            1e3 / tps,
+            a.n
+        );
+        println!(
+            "bytes/token:    {:.3} GiB of weights",
+            bpt as f64 / (1u64 << 30) as f64
+        );
         match (bw, roofline, ratio) {
             (Some(b), Some(r), Some(q)) => {
                 println!("copy bandwidth: {:.1} GB/s", b / 1e9);

@@ -55,7 +55,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         bail!("the prompt is empty");
     }
     let ctx = a.ctx.unwrap_or(prompt.len() + a.n);
-    let stop = if a.ignore_eos { None } else { m.tokenizer.as_ref().and_then(|t| t.eos()) };
+    let stop = if a.ignore_eos {
+        None
+    } else {
+        m.tokenizer.as_ref().and_then(|t| t.eos())
+    };
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
 
     let t0 = Instant::now();

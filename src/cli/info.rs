@@ -9,9 +9,17 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
     let c = &m.cfg;
     println!("model:       {}", path.display());
     println!("source:      {:?}", m.source);
-    println!("arch:        qwen35 ({} layers: {} DeltaNet, {} attention)", c.n_layers, c.n_layers - c.n_attention_layers(), c.n_attention_layers());
+    println!(
+        "arch:        qwen35 ({} layers: {} DeltaNet, {} attention)",
+        c.n_layers,
+        c.n_layers - c.n_attention_layers(),
+        c.n_attention_layers()
+    );
     println!("pattern:     {}", c.pattern_string());
-    println!("hidden:      {}   ffn: {}   vocab: {}", c.hidden, c.ffn, c.vocab);
+    println!(
+        "hidden:      {}   ffn: {}   vocab: {}",
+        c.hidden, c.ffn, c.vocab
+    );
     println!(
         "attention:   {} q / {} kv heads × {}   rope: {} dims, theta {}",
         c.n_heads, c.n_kv_heads, c.head_dim, c.rot, c.rope_theta
@@ -21,7 +29,11 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         c.nk, c.nv, c.dk, c.dv, c.conv_kernel, c.head_map
     );
     println!("rms eps:     {:e}   context: {}", c.eps, c.context_length);
-    let counts: Vec<String> = m.dtype_counts().iter().map(|(d, n)| format!("{d} ×{n}")).collect();
+    let counts: Vec<String> = m
+        .dtype_counts()
+        .iter()
+        .map(|(d, n)| format!("{d} ×{n}"))
+        .collect();
     println!(
         "tensors:     {} ({:.2} MiB): {}",
         m.weights.tensors.len(),

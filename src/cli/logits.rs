@@ -46,8 +46,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         logits.extend(s.forward(&[t], &opts)?.logits);
     }
     let bytes: Vec<u8> = bytemuck::cast_slice(&logits).to_vec();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![ids.len(), m.cfg.vocab], &bytes)
-        .context("building the logits tensor")?;
+    let view = safetensors::tensor::TensorView::new(
+        safetensors::Dtype::F32,
+        vec![ids.len(), m.cfg.vocab],
+        &bytes,
+    )
+    .context("building the logits tensor")?;
     safetensors::serialize_to_file([("logits", view)], None, &a.out)
         .with_context(|| format!("writing {}", a.out.display()))?;
     Ok(())

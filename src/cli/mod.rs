@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "deltaspec", version, about = "Qwen3.5/3.8 hybrid inference with adaptive speculative decoding")]
+#[command(
+    name = "deltaspec",
+    version,
+    about = "Qwen3.5/3.8 hybrid inference with adaptive speculative decoding"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -27,11 +27,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         anyhow::ensure!(n > 0, "--layers must be at least 1");
         cfg.n_layers = n;
         cfg.layers.truncate(n);
-        anyhow::ensure!(cfg.layers.len() == n, "--layers {n} is more than the preset's {}", cfg.layers.len());
+        anyhow::ensure!(
+            cfg.layers.len() == n,
+            "--layers {n} is more than the preset's {}",
+            cfg.layers.len()
+        );
     }
     let recipe = Recipe::parse(&a.quant)?;
     let t = std::time::Instant::now();
-    let bytes = synth::write(&cfg, recipe, a.seed, &a.out).with_context(|| format!("writing {}", a.out.display()))?;
+    let bytes = synth::write(&cfg, recipe, a.seed, &a.out)
+        .with_context(|| format!("writing {}", a.out.display()))?;
     eprintln!(
         "wrote {} ({:.2} GiB, {} layers, {:?}) in {:.1} s",
         a.out.display(),

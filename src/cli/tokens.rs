@@ -8,20 +8,28 @@ pub fn parse(spec: &str) -> anyhow::Result<Vec<u32>> {
     if trimmed.is_empty() {
         bail!("--tokens is empty");
     }
-    let looks_like_list = trimmed.chars().all(|c| c.is_ascii_digit() || c == ',' || c.is_whitespace());
+    let looks_like_list = trimmed
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == ',' || c.is_whitespace());
     if looks_like_list && !Path::new(trimmed).exists() {
         return trimmed
             .split(',')
             .map(|s| s.trim())
             .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<u32>().with_context(|| format!("bad token id '{s}' in --tokens")))
+            .map(|s| {
+                s.parse::<u32>()
+                    .with_context(|| format!("bad token id '{s}' in --tokens"))
+            })
             .collect();
     }
-    let text = std::fs::read_to_string(trimmed).with_context(|| format!("reading token file {trimmed}"))?;
-    let ids: Vec<i64> =
-        serde_json::from_str(&text).with_context(|| format!("{trimmed}: expected a JSON array of integers"))?;
+    let text = std::fs::read_to_string(trimmed)
+        .with_context(|| format!("reading token file {trimmed}"))?;
+    let ids: Vec<i64> = serde_json::from_str(&text)
+        .with_context(|| format!("{trimmed}: expected a JSON array of integers"))?;
     ids.into_iter()
-        .map(|v| u32::try_from(v).map_err(|_| anyhow::anyhow!("{trimmed}: token id {v} is out of range")))
+        .map(|v| {
+            u32::try_from(v).map_err(|_| anyhow::anyhow!("{trimmed}: token id {v} is out of range"))
+        })
         .collect()
 }
 

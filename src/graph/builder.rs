@@ -18,7 +18,13 @@ impl GraphBuilder {
         Self::default()
     }
 
-    fn declare(&mut self, name: &str, shape: &[usize], dtype: DType, kind: TensorKind) -> R<TensorId> {
+    fn declare(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        kind: TensorKind,
+    ) -> R<TensorId> {
         if let Some(&id) = self.by_name.get(name) {
             let t = self.g.tensor(id);
             if t.kind == kind && t.shape == shape && t.dtype == dtype {
@@ -43,7 +49,9 @@ impl GraphBuilder {
     /// A per-run input (F32 or I32).
     pub fn input(&mut self, name: &str, dtype: DType, shape: &[usize]) -> R<TensorId> {
         if dtype != DType::F32 && dtype != DType::I32 {
-            return Err(GraphError::Invalid(format!("input {name} must be F32 or I32, not {dtype}")));
+            return Err(GraphError::Invalid(format!(
+                "input {name} must be F32 or I32, not {dtype}"
+            )));
         }
         self.declare(name, shape, dtype, TensorKind::Input)
     }
@@ -75,7 +83,11 @@ impl GraphBuilder {
     pub fn push(&mut self, op: Op, inputs: &[TensorId]) -> R<Vec<TensorId>> {
         for id in inputs {
             if id.index() >= self.g.tensors.len() {
-                return Err(GraphError::Invalid(format!("{} refers to unknown tensor {}", op.name(), id.0)));
+                return Err(GraphError::Invalid(format!(
+                    "{} refers to unknown tensor {}",
+                    op.name(),
+                    id.0
+                )));
             }
         }
         let decls: Vec<&TensorDecl> = inputs.iter().map(|id| self.g.tensor(*id)).collect();
@@ -117,11 +129,23 @@ impl GraphBuilder {
         self.one(Op::RmsNorm { eps }, &[x, w])
     }
     /// Returns (`x + r`, `rmsnorm(x + r) · w`).
-    pub fn add_rms_norm(&mut self, x: TensorId, r: TensorId, w: TensorId, eps: f32) -> R<(TensorId, TensorId)> {
+    pub fn add_rms_norm(
+        &mut self,
+        x: TensorId,
+        r: TensorId,
+        w: TensorId,
+        eps: f32,
+    ) -> R<(TensorId, TensorId)> {
         let o = self.push(Op::AddRmsNorm { eps }, &[x, r, w])?;
         Ok((o[0], o[1]))
     }
-    pub fn gated_rms_norm(&mut self, x: TensorId, z: TensorId, w: TensorId, eps: f32) -> R<TensorId> {
+    pub fn gated_rms_norm(
+        &mut self,
+        x: TensorId,
+        z: TensorId,
+        w: TensorId,
+        eps: f32,
+    ) -> R<TensorId> {
         self.one(Op::GatedRmsNorm { eps }, &[x, z, w])
     }
     pub fn l2_norm(&mut self, x: TensorId, eps: f32, scale: f32) -> R<TensorId> {
@@ -150,7 +174,12 @@ impl GraphBuilder {
         self.one(Op::Rows { start, len }, &[x])
     }
     pub fn reshape(&mut self, x: TensorId, shape: &[usize]) -> R<TensorId> {
-        self.one(Op::Reshape { shape: shape.to_vec() }, &[x])
+        self.one(
+            Op::Reshape {
+                shape: shape.to_vec(),
+            },
+            &[x],
+        )
     }
     pub fn rope(&mut self, x: TensorId, pos: TensorId, rot: usize, theta: f32) -> R<TensorId> {
         self.one(Op::Rope { rot, theta }, &[x, pos])
@@ -201,8 +230,14 @@ mod tests {
         assert_eq!(b.tensor(y).shape, vec![3, 96]);
         let bad = b.weight("w2", DType::F32, &[96, 65]).unwrap();
         let err = b.matmul(x, bad).unwrap_err();
-        assert!(matches!(err, GraphError::Shape { op: "matmul", .. }), "{err}");
-        assert!(b.weight("w", DType::F32, &[96, 64]).is_err(), "redeclared with another type");
+        assert!(
+            matches!(err, GraphError::Shape { op: "matmul", .. }),
+            "{err}"
+        );
+        assert!(
+            b.weight("w", DType::F32, &[96, 64]).is_err(),
+            "redeclared with another type"
+        );
         b.output("y", y).unwrap();
         let g = b.build();
         g.validate().unwrap();

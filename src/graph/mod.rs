@@ -116,14 +116,19 @@ impl Graph {
     }
 
     pub fn output(&self, name: &str) -> Option<TensorId> {
-        self.outputs.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+        self.outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, id)| *id)
     }
 
     /// The tensor whose storage `id` uses: follows `Reshape` views to their source.
     pub fn storage_root(&self, mut id: TensorId) -> TensorId {
         loop {
             match self.tensor(id).kind {
-                TensorKind::Node { node, .. } if matches!(self.nodes[node].op, Op::Reshape { .. }) => {
+                TensorKind::Node { node, .. }
+                    if matches!(self.nodes[node].op, Op::Reshape { .. }) =>
+                {
                     id = self.nodes[node].inputs[0];
                 }
                 _ => return id,
@@ -137,7 +142,10 @@ impl Graph {
             let ins: Vec<&TensorDecl> = node.inputs.iter().map(|id| self.tensor(*id)).collect();
             let outs = shape::infer(&node.op, &ins)?;
             if outs.len() != node.outputs.len() {
-                return Err(GraphError::Invalid(format!("node {i} ({}) has the wrong output count", node.op.name())));
+                return Err(GraphError::Invalid(format!(
+                    "node {i} ({}) has the wrong output count",
+                    node.op.name()
+                )));
             }
             for (o, (s, d)) in node.outputs.iter().zip(outs) {
                 let t = self.tensor(*o);

@@ -66,15 +66,16 @@ impl Plan {
             // Free whatever was last read by this node (after its outputs were placed).
             live.retain(|id| {
                 let dead = last_use[id.index()] <= i;
-                if dead {
-                    if let Some(s) = slot_of[id.index()] {
-                        free.push(s);
-                    }
+                if dead && let Some(s) = slot_of[id.index()] {
+                    free.push(s);
                 }
                 !dead
             });
         }
-        Plan { slot_of, slot_bytes }
+        Plan {
+            slot_of,
+            slot_bytes,
+        }
     }
 }
 

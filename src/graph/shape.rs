@@ -29,7 +29,10 @@ impl<'a> Check<'a> {
     fn f32(&self, i: usize) -> Result<&'a TensorDecl, GraphError> {
         let t = self.ins[i];
         if t.dtype != DType::F32 {
-            return self.err(format!("input {i} ({}) must be F32, is {}", t.name, t.dtype));
+            return self.err(format!(
+                "input {i} ({}) must be F32, is {}",
+                t.name, t.dtype
+            ));
         }
         Ok(t)
     }
@@ -37,7 +40,10 @@ impl<'a> Check<'a> {
     fn i32(&self, i: usize) -> Result<&'a TensorDecl, GraphError> {
         let t = self.ins[i];
         if t.dtype != DType::I32 {
-            return self.err(format!("input {i} ({}) must be I32, is {}", t.name, t.dtype));
+            return self.err(format!(
+                "input {i} ({}) must be I32, is {}",
+                t.name, t.dtype
+            ));
         }
         Ok(t)
     }
@@ -47,7 +53,10 @@ impl<'a> Check<'a> {
         let t = self.ins[i];
         if t.kind == TensorKind::Weight {
             if !t.dtype.is_dequantizable() {
-                return self.err(format!("weight {} has unsupported type {}", t.name, t.dtype));
+                return self.err(format!(
+                    "weight {} has unsupported type {}",
+                    t.name, t.dtype
+                ));
             }
             Ok(t)
         } else {
@@ -65,7 +74,10 @@ impl<'a> Check<'a> {
 
     fn shape_is(&self, t: &TensorDecl, want: &[usize]) -> Result<(), GraphError> {
         if t.shape != want {
-            return self.err(format!("{} has shape {:?}, expected {:?}", t.name, t.shape, want));
+            return self.err(format!(
+                "{} has shape {:?}, expected {:?}",
+                t.name, t.shape, want
+            ));
         }
         Ok(())
     }
@@ -82,7 +94,10 @@ impl<'a> Check<'a> {
 
     fn rank(&self, t: &TensorDecl, r: usize) -> Result<(), GraphError> {
         if t.shape.len() != r {
-            return self.err(format!("{} must have rank {r}, has shape {:?}", t.name, t.shape));
+            return self.err(format!(
+                "{} must have rank {r}, has shape {:?}",
+                t.name, t.shape
+            ));
         }
         Ok(())
     }
@@ -90,7 +105,10 @@ impl<'a> Check<'a> {
     fn nonempty_last(&self, t: &TensorDecl) -> Result<usize, GraphError> {
         match t.shape.last() {
             Some(&d) if d > 0 => Ok(d),
-            _ => self.err(format!("{} needs a non-empty last dimension, has {:?}", t.name, t.shape)),
+            _ => self.err(format!(
+                "{} needs a non-empty last dimension, has {:?}",
+                t.name, t.shape
+            )),
         }
     }
 }
@@ -144,13 +162,19 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             c.same(x, r)?;
             let d = c.nonempty_last(x)?;
             c.shape_is(c.weight(2)?, &[d])?;
-            Ok(vec![(x.shape.clone(), DType::F32), (x.shape.clone(), DType::F32)])
+            Ok(vec![
+                (x.shape.clone(), DType::F32),
+                (x.shape.clone(), DType::F32),
+            ])
         }
         Op::GatedRmsNorm { .. } => {
             c.arity(3)?;
             let (x, z) = (c.f32(0)?, c.f32(1)?);
             if x.numel() != z.numel() {
-                return c.err(format!("x {:?} and z {:?} differ in size", x.shape, z.shape));
+                return c.err(format!(
+                    "x {:?} and z {:?} differ in size",
+                    x.shape, z.shape
+                ));
             }
             let d = c.nonempty_last(x)?;
             c.shape_is(c.weight(2)?, &[d])?;
@@ -179,7 +203,10 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
         Op::GatedDeltaNet(p) => {
             c.arity(6)?;
             if p.nk == 0 || p.nv % p.nk != 0 || p.dk == 0 || p.dv == 0 {
-                return c.err(format!("nv {} must be a positive multiple of nk {}", p.nv, p.nk));
+                return c.err(format!(
+                    "nv {} must be a positive multiple of nk {}",
+                    p.nv, p.nk
+                ));
             }
             let qkv = c.f32(0)?;
             c.rank(qkv, 2)?;
@@ -197,7 +224,10 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             let x = c.f32(0)?;
             let w = c.nonempty_last(x)?;
             if *len == 0 || offset + len > w {
-                return c.err(format!("slice {offset}..{} of a last dimension of {w}", offset + len));
+                return c.err(format!(
+                    "slice {offset}..{} of a last dimension of {w}",
+                    offset + len
+                ));
             }
             let mut s = x.shape.clone();
             *s.last_mut().expect("rank checked") = *len;
@@ -230,7 +260,10 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             c.rank(x, 3)?;
             c.shape_is(pos, &[x.shape[0]])?;
             if *rot % 2 != 0 || *rot > x.shape[2] {
-                return c.err(format!("rot {rot} must be even and at most the head dim {}", x.shape[2]));
+                return c.err(format!(
+                    "rot {rot} must be even and at most the head dim {}",
+                    x.shape[2]
+                ));
             }
             Ok(f32_out(x.shape.clone()))
         }
@@ -240,7 +273,10 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             let pos = c.i32(3)?;
             let (kc, vc) = (c.state(4)?, c.state(5)?);
             if p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
-                return c.err(format!("{} q heads over {} kv heads", p.n_heads, p.n_kv_heads));
+                return c.err(format!(
+                    "{} q heads over {} kv heads",
+                    p.n_heads, p.n_kv_heads
+                ));
             }
             c.rank(q, 3)?;
             let t = q.shape[0];
@@ -267,7 +303,10 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             if *k == 0 || *k > x.shape[1] {
                 return c.err(format!("k = {k} with {} candidates", x.shape[1]));
             }
-            Ok(vec![(vec![x.shape[0], *k], DType::F32), (vec![x.shape[0], *k], DType::I32)])
+            Ok(vec![
+                (vec![x.shape[0], *k], DType::F32),
+                (vec![x.shape[0], *k], DType::I32),
+            ])
         }
     }
 }

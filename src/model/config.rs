@@ -48,7 +48,10 @@ impl Qwen35Config {
         2 * self.key_dim() + self.value_dim()
     }
     pub fn n_attention_layers(&self) -> usize {
-        self.layers.iter().filter(|k| **k == LayerKind::Attention).count()
+        self.layers
+            .iter()
+            .filter(|k| **k == LayerKind::Attention)
+            .count()
     }
 
     /// The layer pattern: full attention iff `(i + 1) % interval == 0`.
@@ -72,7 +75,10 @@ impl Qwen35Config {
             .map(|k| if *k == LayerKind::Attention { 'A' } else { 'L' })
             .collect();
         for period in 1..=s.len() {
-            if period < s.len() && s.len().is_multiple_of(period) && s == s[..period].repeat(s.len() / period) {
+            if period < s.len()
+                && s.len().is_multiple_of(period)
+                && s == s[..period].repeat(s.len() / period)
+            {
                 return format!("{}×{}", &s[..period], s.len() / period);
             }
         }
@@ -83,28 +89,41 @@ impl Qwen35Config {
     pub fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Config(m));
         if self.n_layers == 0 || self.layers.len() != self.n_layers {
-            return bad(format!("{} layers but a pattern of {}", self.n_layers, self.layers.len()));
+            return bad(format!(
+                "{} layers but a pattern of {}",
+                self.n_layers,
+                self.layers.len()
+            ));
         }
         if self.hidden == 0 || self.vocab == 0 || self.ffn == 0 {
             return bad("hidden, vocab and ffn sizes must be positive".into());
         }
         if self.n_attention_layers() > 0 {
-            if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
-                return bad(format!("{} q heads over {} kv heads", self.n_heads, self.n_kv_heads));
+            if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+                return bad(format!(
+                    "{} q heads over {} kv heads",
+                    self.n_heads, self.n_kv_heads
+                ));
             }
-            if self.rot > self.head_dim || self.rot % 2 != 0 {
-                return bad(format!("rope dims {} with head dim {}", self.rot, self.head_dim));
+            if self.rot > self.head_dim || !self.rot.is_multiple_of(2) {
+                return bad(format!(
+                    "rope dims {} with head dim {}",
+                    self.rot, self.head_dim
+                ));
             }
         }
         if self.layers.contains(&LayerKind::DeltaNet) {
-            if self.nk == 0 || self.nv % self.nk != 0 || self.dk == 0 || self.dv == 0 {
-                return bad(format!("GDN heads nk {} nv {} (nv must be a multiple of nk)", self.nk, self.nv));
+            if self.nk == 0 || !self.nv.is_multiple_of(self.nk) || self.dk == 0 || self.dv == 0 {
+                return bad(format!(
+                    "GDN heads nk {} nv {} (nv must be a multiple of nk)",
+                    self.nk, self.nv
+                ));
             }
             if self.conv_kernel < 1 {
                 return bad("conv kernel must be at least 1".into());
             }
         }
-        if !(self.eps > 0.0) {
+        if self.eps.is_nan() || self.eps <= 0.0 {
             return bad(format!("rms eps {} must be positive", self.eps));
         }
         Ok(())

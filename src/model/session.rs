@@ -30,7 +30,11 @@ pub struct Session<'a> {
 
 impl<'a> Session<'a> {
     /// Uploads the model's weights and allocates states for `ctx` positions.
-    pub fn new(model: &'a Qwen35, backend: &'a mut dyn Backend, ctx: usize) -> Result<Self, ModelError> {
+    pub fn new(
+        model: &'a Qwen35,
+        backend: &'a mut dyn Backend,
+        ctx: usize,
+    ) -> Result<Self, ModelError> {
         let weights = backend.upload_weights(&model.weights)?;
         let states = backend.alloc_states(&model.state_decls(ctx))?;
         Ok(Session {
@@ -62,7 +66,11 @@ impl<'a> Session<'a> {
     }
 
     /// Runs the target over `tokens` at the next positions.
-    pub fn forward(&mut self, tokens: &[u32], opts: &GraphOptions) -> Result<StepOutput, ModelError> {
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        opts: &GraphOptions,
+    ) -> Result<StepOutput, ModelError> {
         let t = tokens.len();
         if self.pos + t > self.ctx {
             return Err(ModelError::ContextFull {

@@ -5,7 +5,7 @@
 //! have a standard deviation near `0.5/sqrt(fan_in)`: activations stay finite through 64
 //! layers. Data is streamed per tensor, so a 14 GiB file needs no more than a row in memory.
 
-use super::{LayerKind, ModelError, Qwen35Config};
+use super::{ModelError, Qwen35Config};
 use crate::gguf::{GgufWriter, Value, ValueType};
 use crate::graph::HeadMap;
 use crate::tensor::DType;
@@ -18,7 +18,9 @@ use std::path::Path;
 /// Named model shapes.
 pub fn preset(name: &str) -> Result<Qwen35Config, ModelError> {
     let (n_layers, hidden, ffn, vocab, nh, nkv, hd, rot, theta, nk, nv, dk, ctx) = match name {
-        "qwen3.8-27b" | "qwen3.5-27b" => (64, 5120, 17408, 248_320, 24, 4, 256, 64, 1e7, 16, 48, 128, 262_144),
+        "qwen3.8-27b" | "qwen3.5-27b" => (
+            64, 5120, 17408, 248_320, 24, 4, 256, 64, 1e7, 16, 48, 128, 262_144,
+        ),
         "tiny" => (4, 256, 512, 512, 4, 2, 64, 16, 1e6, 2, 4, 64, 4096),
         other => {
             return Err(ModelError::Config(format!(
@@ -77,7 +79,7 @@ impl Recipe {
     /// The type of a 2-D weight `name` whose rows hold `cols` values, falling back the way
     /// llama.cpp does when rows are not whole blocks.
     fn dtype_for(self, name: &str, cols: usize) -> DType {
-        let fits = |d: DType| cols % d.block_elems() == 0;
+        let fits = |d: DType| cols.is_multiple_of(d.block_elems());
         let pick = |want: DType, fallback: DType| {
             if fits(want) {
                 want
@@ -87,7 +89,9 @@ impl Recipe {
                 DType::F16
             }
         };
-        let heavy = name == "output.weight" || name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight");
+        let heavy = name == "output.weight"
+            || name.ends_with("attn_v.weight")
+            || name.ends_with("ffn_down.weight");
         match self {
             Recipe::F32 => DType::F32,
             Recipe::F16 => DType::F16,
@@ -112,7 +116,9 @@ enum Fill {
 }
 
 fn seed_of(name: &str, seed: u64) -> u64 {
-    name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Writes one random quantized block, with scales chosen for weights of std ≈ sigma.
@@ -121,7 +127,9 @@ fn random_block(dtype: DType, rng: &mut Rng, sigma: f32, out: &mut [u8]) {
         let r = rng.next_u64().to_le_bytes();
         chunk.copy_from_slice(&r[..chunk.len()]);
     }
-    let put = |out: &mut [u8], at: usize, v: f32| out[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+    let put = |out: &mut [u8], at: usize, v: f32| {
+        out[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes())
+    };
     // Divisors: the std of the integer part each format multiplies its scale with.
     match dtype {
         DType::Q8_0 => put(out, 0, sigma / 74.0),
@@ -144,7 +152,14 @@ fn random_block(dtype: DType, rng: &mut Rng, sigma: f32, out: &mut [u8]) {
 }
 
 /// Streams `rows × cols` values of `dtype` to `w`.
-fn write_tensor(w: &mut dyn Write, dtype: DType, rows: usize, cols: usize, fill: Fill, seed: u64) -> std::io::Result<()> {
+fn write_tensor(
+    w: &mut dyn Write,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    fill: Fill,
+    seed: u64,
+) -> std::io::Result<()> {
     let mut rng = Rng::new(seed);
     let value = |rng: &mut Rng| match fill {
         Fill::Normal(s) => rng.normal() * s,
@@ -177,14 +192,22 @@ fn write_tensor(w: &mut dyn Write, dtype: DType, rows: usize, cols: usize, fill:
 }
 
 /// Writes a synthetic model of `cfg` to `path` with `recipe`.
-pub fn write(cfg: &Qwen35Config, recipe: Recipe, seed: u64, path: &Path) -> Result<u64, ModelError> {
+pub fn write(
+    cfg: &Qwen35Config,
+    recipe: Recipe,
+    seed: u64,
+    path: &Path,
+) -> Result<u64, ModelError> {
     cfg.validate()?;
     let c = cfg;
     let mut w = GgufWriter::new();
     let a = "qwen35";
     let u = |v: usize| Value::U32(v as u32);
     w.add_kv("general.architecture", Value::String(a.into()));
-    w.add_kv("general.name", Value::String(format!("deltaspec synthetic ({recipe:?})")));
+    w.add_kv(
+        "general.name",
+        Value::String(format!("deltaspec synthetic ({recipe:?})")),
+    );
     w.add_kv(&format!("{a}.block_count"), u(c.n_layers));
     w.add_kv(&format!("{a}.context_length"), u(c.context_length));
     w.add_kv(&format!("{a}.embedding_length"), u(c.hidden));
@@ -193,7 +216,10 @@ pub fn write(cfg: &Qwen35Config, recipe: Recipe, seed: u64, path: &Path) -> Resu
     w.add_kv(&format!("{a}.attention.head_count_kv"), u(c.n_kv_heads));
     w.add_kv(&format!("{a}.attention.key_length"), u(c.head_dim));
     w.add_kv(&format!("{a}.attention.value_length"), u(c.head_dim));
-    w.add_kv(&format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(c.eps));
+    w.add_kv(
+        &format!("{a}.attention.layer_norm_rms_epsilon"),
+        Value::F32(c.eps),
+    );
     w.add_kv(&format!("{a}.rope.freq_base"), Value::F32(c.rope_theta));
     w.add_kv(&format!("{a}.rope.dimension_count"), u(c.rot));
     // llama.cpp's qwen35 loader requires M-RoPE sections even for text (they sum to rot/2).
@@ -226,13 +252,16 @@ pub fn write(cfg: &Qwen35Config, recipe: Recipe, seed: u64, path: &Path) -> Resu
         };
         let ne: Vec<u64> = shape.iter().rev().map(|d| *d as u64).collect();
         let s = seed_of(&name, seed);
-        w.add_tensor_generated(&name, &ne, dtype, Box::new(move |out| write_tensor(out, dtype, rows, cols, fill, s)))?;
+        w.add_tensor_generated(
+            &name,
+            &ne,
+            dtype,
+            Box::new(move |out| write_tensor(out, dtype, rows, cols, fill, s)),
+        )?;
         Ok(())
     };
     for (name, shape) in super::qwen35::expected_tensors(c) {
-        let fill = if name.ends_with("norm.weight") && !name.ends_with("ssm_norm.weight") {
-            Fill::NearOne
-        } else if name.ends_with("ssm_norm.weight") || name.ends_with("ssm_dt.bias") {
+        let fill = if name.ends_with("norm.weight") || name.ends_with("ssm_dt.bias") {
             Fill::NearOne
         } else if name.ends_with(".ssm_a") {
             Fill::NegDecay
@@ -245,7 +274,6 @@ pub fn write(cfg: &Qwen35Config, recipe: Recipe, seed: u64, path: &Path) -> Resu
         };
         add(name, &shape, fill)?;
     }
-    let _ = LayerKind::Attention;
     let file = std::fs::File::create(path).map_err(|e| ModelError::Checkpoint {
         path: path.display().to_string(),
         msg: e.to_string(),

@@ -44,9 +44,18 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> 
         .map(|(name, v)| {
             let d = v.data();
             let vals: Vec<f32> = match v.dtype() {
-                safetensors::Dtype::F32 => d.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
-                safetensors::Dtype::I32 => d.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f32).collect(),
-                safetensors::Dtype::I64 => d.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f32).collect(),
+                safetensors::Dtype::F32 => d
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                    .collect(),
+                safetensors::Dtype::I32 => d
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f32)
+                    .collect(),
+                safetensors::Dtype::I64 => d
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f32)
+                    .collect(),
                 safetensors::Dtype::U8 => d.iter().map(|b| *b as f32).collect(),
                 other => panic!("{name}: dtype {other:?} not handled in tests"),
             };

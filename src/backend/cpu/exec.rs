@@ -16,7 +16,10 @@ fn bad_input(name: &str, msg: String) -> BackendError {
 }
 
 /// Checks the caller's inputs against the graph's declarations.
-fn bind_inputs<'a>(g: &Graph, inputs: &'a [(&str, HostData)]) -> Result<HashMap<TensorId, &'a HostData>, BackendError> {
+fn bind_inputs<'a>(
+    g: &Graph,
+    inputs: &'a [(&str, HostData)],
+) -> Result<HashMap<TensorId, &'a HostData>, BackendError> {
     let mut bound = HashMap::new();
     for id in g.inputs() {
         let t = g.tensor(id);
@@ -27,7 +30,13 @@ fn bind_inputs<'a>(g: &Graph, inputs: &'a [(&str, HostData)]) -> Result<HashMap<
         if data.dtype() != t.dtype || data.len() != t.numel() {
             return Err(bad_input(
                 &t.name,
-                format!("expected {} × {:?}, got {} × {}", t.dtype, t.shape, data.dtype(), data.len()),
+                format!(
+                    "expected {} × {:?}, got {} × {}",
+                    t.dtype,
+                    t.shape,
+                    data.dtype(),
+                    data.len()
+                ),
             ));
         }
         bound.insert(id, data);
@@ -58,14 +67,21 @@ fn check_weights(g: &Graph, w: &WeightStore) -> Result<(), BackendError> {
 fn check_states(g: &Graph, states: &HashMap<String, Vec<f32>>) -> Result<(), BackendError> {
     for id in g.states() {
         let t = g.tensor(id);
-        let s = states.get(&t.name).ok_or_else(|| BackendError::MissingState {
-            backend: NAME.into(),
-            name: t.name.clone(),
-        })?;
+        let s = states
+            .get(&t.name)
+            .ok_or_else(|| BackendError::MissingState {
+                backend: NAME.into(),
+                name: t.name.clone(),
+            })?;
         if s.len() != t.numel() {
             return Err(BackendError::Device {
                 backend: NAME.into(),
-                msg: format!("state {} holds {} values, the graph expects {:?}", t.name, s.len(), t.shape),
+                msg: format!(
+                    "state {} holds {} values, the graph expects {:?}",
+                    t.name,
+                    s.len(),
+                    t.shape
+                ),
             });
         }
     }
@@ -94,7 +110,10 @@ pub(super) fn run(
             .iter()
             .map(|o| plan.slot_of[o.index()].expect("planner places every node output"))
             .collect();
-        let mut taken: Vec<Vec<f32>> = out_slots.iter().map(|s| std::mem::take(&mut slots[*s])).collect();
+        let mut taken: Vec<Vec<f32>> = out_slots
+            .iter()
+            .map(|s| std::mem::take(&mut slots[*s]))
+            .collect();
 
         let in_decls: Vec<&TensorDecl> = node.inputs.iter().map(|i| g.tensor(*i)).collect();
         let state_names: Vec<&str> = in_decls
@@ -139,7 +158,10 @@ pub(super) fn run(
                 [a] => vec![states.get_mut(*a).expect("checked").as_mut_slice()],
                 [a, b] => {
                     let [x, y] = states.get_disjoint_mut([*a, *b]);
-                    vec![x.expect("checked").as_mut_slice(), y.expect("checked").as_mut_slice()]
+                    vec![
+                        x.expect("checked").as_mut_slice(),
+                        y.expect("checked").as_mut_slice(),
+                    ]
                 }
                 _ => {
                     return Err(BackendError::Unsupported {
@@ -163,17 +185,24 @@ pub(super) fn run(
             let t = g.tensor(*id);
             let root = g.storage_root(*id);
             let data: Vec<u8> = match g.tensor(root).kind {
-                TensorKind::Node { .. } => {
-                    bytemuck::cast_slice(&slots[plan.slot_of[root.index()].expect("placed")][..t.numel()]).to_vec()
-                }
+                TensorKind::Node { .. } => bytemuck::cast_slice(
+                    &slots[plan.slot_of[root.index()].expect("placed")][..t.numel()],
+                )
+                .to_vec(),
                 TensorKind::Input => match bound[&root] {
                     HostData::F32(v) => bytemuck::cast_slice(v).to_vec(),
                     HostData::I32(v) => bytemuck::cast_slice(v).to_vec(),
                 },
                 TensorKind::State => bytemuck::cast_slice(&states[&t.name]).to_vec(),
-                TensorKind::Weight => weights.get(&t.name).map(|w| w.bytes().to_vec()).unwrap_or_default(),
+                TensorKind::Weight => weights
+                    .get(&t.name)
+                    .map(|w| w.bytes().to_vec())
+                    .unwrap_or_default(),
             };
-            (name.clone(), HostTensor::from_bytes(t.dtype, &t.shape, data))
+            (
+                name.clone(),
+                HostTensor::from_bytes(t.dtype, &t.shape, data),
+            )
         })
         .collect())
 }

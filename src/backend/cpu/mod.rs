@@ -7,7 +7,10 @@
 mod exec;
 pub mod kernels;
 
-use super::{Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore, WeightsId};
+use super::{
+    Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore,
+    WeightsId,
+};
 use crate::graph::{Graph, Plan};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -65,7 +68,10 @@ impl Backend for CpuBackend {
     fn alloc_states(&mut self, decls: &[StateDecl]) -> Result<StatesId, BackendError> {
         let mut data = HashMap::new();
         for d in decls {
-            if data.insert(d.name.clone(), vec![0.0f32; d.numel()]).is_some() {
+            if data
+                .insert(d.name.clone(), vec![0.0f32; d.numel()])
+                .is_some()
+            {
                 return Err(BackendError::Device {
                     backend: NAME.into(),
                     msg: format!("state {} declared twice", d.name),
@@ -90,18 +96,29 @@ impl Backend for CpuBackend {
 
     fn read_state(&mut self, states: StatesId, name: &str) -> Result<Vec<f32>, BackendError> {
         let set = self.state_set(states)?;
-        set.data.get(name).cloned().ok_or_else(|| BackendError::MissingState {
-            backend: NAME.into(),
-            name: name.into(),
-        })
+        set.data
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BackendError::MissingState {
+                backend: NAME.into(),
+                name: name.into(),
+            })
     }
 
-    fn write_state(&mut self, states: StatesId, name: &str, data: &[f32]) -> Result<(), BackendError> {
+    fn write_state(
+        &mut self,
+        states: StatesId,
+        name: &str,
+        data: &[f32],
+    ) -> Result<(), BackendError> {
         let set = self.state_set(states)?;
-        let dst = set.data.get_mut(name).ok_or_else(|| BackendError::MissingState {
-            backend: NAME.into(),
-            name: name.into(),
-        })?;
+        let dst = set
+            .data
+            .get_mut(name)
+            .ok_or_else(|| BackendError::MissingState {
+                backend: NAME.into(),
+                name: name.into(),
+            })?;
         if dst.len() != data.len() {
             return Err(BackendError::BadInput {
                 backend: NAME.into(),

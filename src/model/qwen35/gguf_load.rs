@@ -11,7 +11,10 @@ use std::path::Path;
 /// A key that may hold a scalar or a per-layer array (take the first entry).
 fn scalar_or_first(f: &GgufFile, key: &str) -> Result<u64, ModelError> {
     if let Ok(a) = f.get_u64_array(key) {
-        return a.first().copied().ok_or_else(|| ModelError::Config(format!("{key} is an empty array")));
+        return a
+            .first()
+            .copied()
+            .ok_or_else(|| ModelError::Config(format!("{key} is an empty array")));
     }
     Ok(f.get_u64(key)?)
 }
@@ -21,21 +24,34 @@ fn layer_pattern(f: &GgufFile, a: &str, n_layers: usize) -> Result<Vec<LayerKind
     if f.get(&rec_key).is_some() {
         let rec = f.get_bool_array(&rec_key)?;
         if rec.len() < n_layers {
-            return Err(ModelError::Config(format!("{rec_key} has {} entries for {n_layers} layers", rec.len())));
+            return Err(ModelError::Config(format!(
+                "{rec_key} has {} entries for {n_layers} layers",
+                rec.len()
+            )));
         }
         return Ok(rec[..n_layers]
             .iter()
-            .map(|r| if *r { LayerKind::DeltaNet } else { LayerKind::Attention })
+            .map(|r| {
+                if *r {
+                    LayerKind::DeltaNet
+                } else {
+                    LayerKind::Attention
+                }
+            })
             .collect());
     }
-    let interval = f.get_u64(&format!("{a}.full_attention_interval")).unwrap_or(4) as usize;
+    let interval = f
+        .get_u64(&format!("{a}.full_attention_interval"))
+        .unwrap_or(4) as usize;
     Ok(Qwen35Config::pattern_from_interval(n_layers, interval))
 }
 
 pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError> {
     let a = f.architecture()?;
     if a != "qwen35" {
-        return Err(ModelError::WrongArch { arch: a.to_string() });
+        return Err(ModelError::WrongArch {
+            arch: a.to_string(),
+        });
     }
     let k = |s: &str| format!("{a}.{s}");
     let u = |s: &str| -> Result<usize, ModelError> { Ok(scalar_or_first(f, &k(s))? as usize) };
@@ -43,7 +59,9 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
     let nv = u("ssm.time_step_rank")?;
     let inner = u("ssm.inner_size")?;
     if nv == 0 || inner % nv != 0 {
-        return Err(ModelError::Config(format!("ssm.inner_size {inner} is not a multiple of ssm.time_step_rank {nv}")));
+        return Err(ModelError::Config(format!(
+            "ssm.inner_size {inner} is not a multiple of ssm.time_step_rank {nv}"
+        )));
     }
     let embd = f
         .tensor(super::names::TOKEN_EMBD)
@@ -60,7 +78,10 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
         n_heads: u("attention.head_count")?,
         n_kv_heads: u("attention.head_count_kv")?,
         head_dim,
-        rot: f.get_u64(&k("rope.dimension_count")).map(|v| v as usize).unwrap_or(head_dim),
+        rot: f
+            .get_u64(&k("rope.dimension_count"))
+            .map(|v| v as usize)
+            .unwrap_or(head_dim),
         rope_theta: f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0),
         eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
         conv_kernel: u("ssm.conv_kernel")?,
@@ -71,7 +92,10 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
         layers: layer_pattern(f, a, n_layers)?,
         // llama.cpp's converter reorders qwen35 V heads so that value head j uses key head j % nk.
         head_map: HeadMap::Tiled,
-        context_length: f.get_u64(&k("context_length")).map(|v| v as usize).unwrap_or(4096),
+        context_length: f
+            .get_u64(&k("context_length"))
+            .map(|v| v as usize)
+            .unwrap_or(4096),
     })
 }
 

@@ -1,7 +1,7 @@
 //! Lowers one forward step of the target over T tokens to a graph.
 
-use super::names::{self, blk};
 use super::Qwen35;
+use super::names::{self, blk};
 use crate::graph::{AttnParams, GdnParams, Graph, GraphBuilder, GraphError, TensorId};
 use crate::model::{LayerKind, ModelError};
 use crate::tensor::DType;
@@ -108,12 +108,16 @@ impl Ctx<'_> {
         let beta = self.lin(x, &blk(i, "ssm_beta.weight"))?;
         let alpha = self.lin(x, &blk(i, "ssm_alpha.weight"))?;
         let conv_w = self.w(&blk(i, "ssm_conv1d.weight"))?;
-        let conv_state = self.b.state(&names::conv_state(i), &[kconv - 1, p.conv_dim()])?;
+        let conv_state = self
+            .b
+            .state(&names::conv_state(i), &[kconv - 1, p.conv_dim()])?;
         let qkv = self.b.conv_step(qkv, conv_w, conv_state)?;
         let ssm_a = self.w(&blk(i, "ssm_a"))?;
         let dt_bias = self.w(&blk(i, "ssm_dt.bias"))?;
         let ssm_state = self.b.state(&names::ssm_state(i), &[p.nv, p.dk, p.dv])?;
-        let o = self.b.gated_delta_net(p, qkv, beta, alpha, ssm_a, dt_bias, ssm_state)?;
+        let o = self
+            .b
+            .gated_delta_net(p, qkv, beta, alpha, ssm_a, dt_bias, ssm_state)?;
         let z = self.b.reshape(z, &[t, p.nv, p.dv])?;
         let norm_w = self.w(&blk(i, "ssm_norm.weight"))?;
         let y = self.b.gated_rms_norm(o, z, norm_w, eps)?;
@@ -132,7 +136,12 @@ impl Ctx<'_> {
 impl Qwen35 {
     /// The graph of one step over `t` tokens (inputs `ids` and `pos`, i32 `[t]`) for states
     /// made by [`Qwen35::state_decls`] with `ctx` positions.
-    pub fn step_graph(&self, t: usize, ctx: usize, opts: &GraphOptions) -> Result<Graph, ModelError> {
+    pub fn step_graph(
+        &self,
+        t: usize,
+        ctx: usize,
+        opts: &GraphOptions,
+    ) -> Result<Graph, ModelError> {
         if t == 0 {
             return Err(GraphError::Invalid("a step needs at least one token".into()).into());
         }

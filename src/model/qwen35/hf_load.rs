@@ -25,7 +25,9 @@ fn config_from_json(path: &Path, root: &Json) -> Result<Qwen35Config, ModelError
     let j = root.get("text_config").unwrap_or(root);
     let mt = j.get("model_type").and_then(Json::as_str).unwrap_or("");
     if !mt.is_empty() && mt != "qwen3_5_text" && mt != "qwen3_5" {
-        return Err(ModelError::WrongArch { arch: mt.to_string() });
+        return Err(ModelError::WrongArch {
+            arch: mt.to_string(),
+        });
     }
     let u = |k: &str| -> Result<usize, ModelError> {
         j.get(k)
@@ -34,7 +36,11 @@ fn config_from_json(path: &Path, root: &Json) -> Result<Qwen35Config, ModelError
             .ok_or_else(|| ckpt_err(path, format!("config.json lacks integer '{k}'")))
     };
     let rope = j.get("rope_parameters");
-    let rope_f = |k: &str| rope.and_then(|r| r.get(k)).or_else(|| j.get(k)).and_then(Json::as_f64);
+    let rope_f = |k: &str| {
+        rope.and_then(|r| r.get(k))
+            .or_else(|| j.get(k))
+            .and_then(Json::as_f64)
+    };
     let n_layers = u("num_hidden_layers")?;
     let layers = match j.get("layer_types").and_then(Json::as_array) {
         Some(types) => types
@@ -45,7 +51,9 @@ fn config_from_json(path: &Path, root: &Json) -> Result<Qwen35Config, ModelError
                 other => Err(ckpt_err(path, format!("unknown layer type {other:?}"))),
             })
             .collect::<Result<Vec<_>, _>>()?,
-        None => Qwen35Config::pattern_from_interval(n_layers, u("full_attention_interval").unwrap_or(4)),
+        None => {
+            Qwen35Config::pattern_from_interval(n_layers, u("full_attention_interval").unwrap_or(4))
+        }
     };
     let head_dim = u("head_dim")?;
     let nv = u("linear_num_value_heads")?;
@@ -79,13 +87,18 @@ fn shard_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ModelError> {
         return Ok(vec![single]);
     }
     let index = dir.join("model.safetensors.index.json");
-    let text = std::fs::read_to_string(&index).map_err(|e| ckpt_err(dir, format!("no model.safetensors and no index: {e}")))?;
+    let text = std::fs::read_to_string(&index)
+        .map_err(|e| ckpt_err(dir, format!("no model.safetensors and no index: {e}")))?;
     let j: Json = serde_json::from_str(&text).map_err(|e| ckpt_err(&index, e.to_string()))?;
     let map = j
         .get("weight_map")
         .and_then(Json::as_object)
         .ok_or_else(|| ckpt_err(&index, "no weight_map"))?;
-    let mut files: Vec<_> = map.values().filter_map(Json::as_str).map(|f| dir.join(f)).collect();
+    let mut files: Vec<_> = map
+        .values()
+        .filter_map(Json::as_str)
+        .map(|f| dir.join(f))
+        .collect();
     files.sort();
     files.dedup();
     Ok(files)
@@ -135,9 +148,14 @@ fn gguf_name(key: &str) -> Option<String> {
 /// Zero-centred RMSNorm weights (stored as `w`, used as `1 + w`).
 fn is_zero_centred_norm(gguf: &str) -> bool {
     gguf == names::OUTPUT_NORM
-        || ["attn_norm.weight", "post_attention_norm.weight", "attn_q_norm.weight", "attn_k_norm.weight"]
-            .iter()
-            .any(|s| gguf.ends_with(&format!(".{s}")))
+        || [
+            "attn_norm.weight",
+            "post_attention_norm.weight",
+            "attn_q_norm.weight",
+            "attn_k_norm.weight",
+        ]
+        .iter()
+        .any(|s| gguf.ends_with(&format!(".{s}")))
 }
 
 fn f32_values(t: &HostTensor) -> Result<Vec<f32>, ModelError> {
@@ -155,19 +173,26 @@ fn transform(name: &str, t: HostTensor) -> Result<HostTensor, ModelError> {
     }
     if name.ends_with(".ssm_conv1d.weight") && t.shape.len() == 3 && t.shape[1] == 1 {
         let shape = [t.shape[0], t.shape[2]];
-        return Ok(HostTensor { shape: shape.to_vec(), ..t });
+        return Ok(HostTensor {
+            shape: shape.to_vec(),
+            ..t
+        });
     }
     Ok(t)
 }
 
 pub(super) fn load(dir: &Path) -> Result<Qwen35, ModelError> {
     let cfg_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| ckpt_err(&cfg_path, e.to_string()))?;
+    let text =
+        std::fs::read_to_string(&cfg_path).map_err(|e| ckpt_err(&cfg_path, e.to_string()))?;
     let json: Json = serde_json::from_str(&text).map_err(|e| ckpt_err(&cfg_path, e.to_string()))?;
     let cfg = config_from_json(&cfg_path, &json)?;
     let tied = json
         .get("tie_word_embeddings")
-        .or_else(|| json.get("text_config").and_then(|t| t.get("tie_word_embeddings")))
+        .or_else(|| {
+            json.get("text_config")
+                .and_then(|t| t.get("tie_word_embeddings"))
+        })
         .and_then(Json::as_bool)
         .unwrap_or(false);
 
@@ -177,15 +202,25 @@ pub(super) fn load(dir: &Path) -> Result<Qwen35, ModelError> {
         // SAFETY: the file is opened read-only and mapped privately; deltaspec never writes to
         // it, and a checkpoint changed underneath a running process is outside our contract
         // (as for every mmap-based loader).
-        let map = Arc::new(unsafe { memmap2::Mmap::map(&fh) }.map_err(|e| ckpt_err(&file, e.to_string()))?);
-        let st = safetensors::SafeTensors::deserialize(&map).map_err(|e| ckpt_err(&file, e.to_string()))?;
+        let map = Arc::new(
+            unsafe { memmap2::Mmap::map(&fh) }.map_err(|e| ckpt_err(&file, e.to_string()))?,
+        );
+        let st = safetensors::SafeTensors::deserialize(&map)
+            .map_err(|e| ckpt_err(&file, e.to_string()))?;
         for (key, view) in st.tensors() {
-            let Some(name) = gguf_name(&key) else { continue };
+            let Some(name) = gguf_name(&key) else {
+                continue;
+            };
             let dtype = match view.dtype() {
                 safetensors::Dtype::F32 => DType::F32,
                 safetensors::Dtype::F16 => DType::F16,
                 safetensors::Dtype::BF16 => DType::BF16,
-                other => return Err(ckpt_err(&file, format!("{key}: unsupported dtype {other:?}"))),
+                other => {
+                    return Err(ckpt_err(
+                        &file,
+                        format!("{key}: unsupported dtype {other:?}"),
+                    ));
+                }
             };
             let start = view.data().as_ptr() as usize - map.as_ptr() as usize;
             let range = start..start + view.data().len();

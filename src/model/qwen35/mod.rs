@@ -8,8 +8,8 @@ mod gguf_load;
 mod graph;
 mod hf_load;
 
-pub use graph::{GraphOptions, LogitRows};
 pub(crate) use gguf_load::expected_tensors;
+pub use graph::{GraphOptions, LogitRows};
 
 use super::{ModelError, Qwen35Config};
 use crate::backend::{StateDecl, WeightStore};
@@ -54,11 +54,20 @@ impl Qwen35 {
         for (i, kind) in c.layers.iter().enumerate() {
             match kind {
                 super::LayerKind::Attention => {
-                    v.push(StateDecl::new(names::k_cache(i), &[ctx, c.n_kv_heads, c.head_dim]));
-                    v.push(StateDecl::new(names::v_cache(i), &[ctx, c.n_kv_heads, c.head_dim]));
+                    v.push(StateDecl::new(
+                        names::k_cache(i),
+                        &[ctx, c.n_kv_heads, c.head_dim],
+                    ));
+                    v.push(StateDecl::new(
+                        names::v_cache(i),
+                        &[ctx, c.n_kv_heads, c.head_dim],
+                    ));
                 }
                 super::LayerKind::DeltaNet => {
-                    v.push(StateDecl::new(names::conv_state(i), &[c.conv_kernel - 1, c.conv_dim()]));
+                    v.push(StateDecl::new(
+                        names::conv_state(i),
+                        &[c.conv_kernel - 1, c.conv_dim()],
+                    ));
                     v.push(StateDecl::new(names::ssm_state(i), &[c.nv, c.dk, c.dv]));
                 }
             }
