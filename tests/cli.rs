@@ -1,0 +1,144 @@
+//! The `deltaspec` command: outputs of `logits`/`generate`/`info`, and one-line errors with exit
+//! code 2 for bad input.
+
+mod common;
+
+use common::{fixtures, read_safetensors, rel_err};
+use deltaspec::gguf::{GgufWriter, Value};
+use std::process::{Command, Output};
+
+fn deltaspec(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        .args(args)
+        .output()
+        .expect("runs the binary")
+}
+
+fn assert_one_line_error(out: &Output, needle: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "exit code; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("error: "), "{err:?}");
+    assert!(err.contains(needle), "{err:?} should mention {needle:?}");
+}
+
+fn tiny_a() -> String {
+    fixtures().join("models/tiny-a").display().to_string()
+}
+
+#[test]
+fn unknown_backend_missing_file_and_wrong_arch_are_one_line_errors() {
+    let out = deltaspec(&[
+        "generate",
+        "--model",
+        &tiny_a(),
+        "--tokens",
+        "1,2",
+        "--backend",
+        "nope",
+    ]);
+    assert_one_line_error(&out, "unknown backend 'nope'");
+
+    let out = deltaspec(&["info", "/nonexistent/model.gguf"]);
+    assert_one_line_error(&out, "not found");
+
+    let dir = std::env::temp_dir().join(format!("deltaspec-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("llama.gguf");
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", Value::String("llama".into()));
+    w.write_file(&path).unwrap();
+    let out = deltaspec(&["info", path.to_str().unwrap()]);
+    assert_one_line_error(&out, "unsupported architecture 'llama'");
+
+    std::fs::write(dir.join("bad.gguf"), b"GGUF\x03\x00\x00\x00trunc").unwrap();
+    let out = deltaspec(&["info", dir.join("bad.gguf").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = deltaspec(&[
+        "logits",
+        "--model",
+        &tiny_a(),
+        "--tokens",
+        "1,999",
+        "--out",
+        "/dev/null",
+    ]);
+    assert_one_line_error(&out, "token id 999 is outside the vocabulary");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn logits_command_writes_the_reference_logits() {
+    let d = fixtures().join("models/tiny-a");
+    let r = read_safetensors(&d.join("reference.safetensors"));
+    let ids: Vec<String> = r["input_ids"]
+        .1
+        .iter()
+        .map(|v| (*v as u32).to_string())
+        .collect();
+    let dir = std::env::temp_dir().join(format!("deltaspec-logits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens.json");
+    std::fs::write(&tokens, format!("[{}]", ids.join(","))).unwrap();
+    for decode_from in [None, Some("60")] {
+        let out_path = dir.join("logits.safetensors");
+        let mut args = vec![
+            "logits",
+            "--model",
+            d.to_str().unwrap(),
+            "--tokens",
+            tokens.to_str().unwrap(),
+        ];
+        args.extend(["--out", out_path.to_str().unwrap()]);
+        if let Some(k) = decode_from {
+            args.extend(["--decode-from", k]);
+        }
+        let out = deltaspec(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = read_safetensors(&out_path);
+        let (shape, logits) = &got["logits"];
+        assert_eq!(shape, &vec![ids.len(), 256]);
+        let e = rel_err(logits, &r["logits"].1);
+        assert!(e < 1e-5, "decode_from {decode_from:?}: rel err {e:e}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn generate_json_and_info() {
+    let out = deltaspec(&[
+        "generate",
+        "--model",
+        &tiny_a(),
+        "--tokens",
+        "5,6,7",
+        "-n",
+        "6",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["tokens"].as_array().unwrap().len(), 6);
+    assert!(j["tokens_per_second"].as_f64().unwrap() > 0.0);
+    assert!(j.get("text").is_some());
+
+    let out = deltaspec(&["info", &tiny_a()]);
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("pattern:     LLLA"), "{s}");
+    assert!(s.contains("nk 2 nv 4"), "{s}");
+}
