@@ -1,0 +1,95 @@
+//! `Attention`: causal GQA attention over a KV cache, with the new rows appended first.
+
+use super::bad_input;
+use super::math::dot;
+use crate::backend::BackendError;
+use crate::graph::{AttnParams, TensorDecl};
+use rayon::prelude::*;
+
+/// The new rows of one call: `q [T, nh, hd]`, `k`, `v [T, nkv, hd]` at positions `pos [T]`.
+pub(super) struct NewRows<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub pos: &'a [i32],
+    /// The positions' declaration, to name them in errors.
+    pub pos_decl: &'a TensorDecl,
+}
+
+/// The caches, `[cap, nkv, hd]` each.
+pub(super) struct Caches<'a> {
+    pub k: &'a mut [f32],
+    pub v: &'a mut [f32],
+}
+
+/// Writes each new k/v row into cache row `pos[t]`, then query t attends to cache rows
+/// `0 ..= pos[t]` (q head h reads kv head `h / (nh / nkv)`), with `softmax(q·k · scale)` in f32.
+///
+/// All rows are written before any query runs. For the increasing positions of a sequence this
+/// equals appending and attending token by token, and it lets the queries run in parallel.
+/// A position outside `[0, cap)` is a bad input, reported before any cache row is touched.
+pub(super) fn attention(
+    p: &AttnParams,
+    new: &NewRows,
+    caches: Caches,
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let (nh, nkv, hd) = (p.n_heads, p.n_kv_heads, p.head_dim);
+    let row = nkv * hd;
+    if row == 0 || nh == 0 {
+        return Ok(());
+    }
+    let cap = caches.k.len() / row;
+    if let Some((t, bad)) = new
+        .pos
+        .iter()
+        .enumerate()
+        .find(|(_, p)| usize::try_from(**p).ok().is_none_or(|p| p >= cap))
+    {
+        return Err(bad_input(
+            new.pos_decl,
+            format!("position {bad} of token {t} is outside the cache of {cap} rows"),
+        ));
+    }
+    for ((kr, vr), p) in new
+        .k
+        .chunks_exact(row)
+        .zip(new.v.chunks_exact(row))
+        .zip(new.pos)
+    {
+        let at = *p as usize * row; // checked in range above
+        caches.k[at..at + row].copy_from_slice(kr);
+        caches.v[at..at + row].copy_from_slice(vr);
+    }
+    let (k_cache, v_cache) = (&*caches.k, &*caches.v);
+    let group = nh / nkv;
+
+    // One task per (token, q head); `scores` is per-thread scratch.
+    out.par_chunks_mut(hd)
+        .enumerate()
+        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (i, o)| {
+            let (t, h) = (i / nh, i % nh);
+            let kv_off = (h / group) * hd;
+            let q = &new.q[i * hd..(i + 1) * hd];
+            let n = new.pos[t] as usize + 1;
+
+            // Scores as HF's eager path forms them: (q·k) then the scale.
+            scores.clear();
+            scores.extend((0..n).map(|j| dot(q, &k_cache[j * row + kv_off..][..hd]) * p.scale));
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            // Normalise to probabilities before weighting v, as softmax-then-matmul does.
+            o.fill(0.0);
+            for (j, s) in scores.iter().enumerate() {
+                let w = s / sum;
+                for (acc, vv) in o.iter_mut().zip(&v_cache[j * row + kv_off..][..hd]) {
+                    *acc += w * vv;
+                }
+            }
+        });
+    Ok(())
+}
