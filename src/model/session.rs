@@ -4,6 +4,7 @@
 use super::qwen35::{GraphOptions, LogitRows};
 use super::{ModelError, Qwen35};
 use crate::backend::{Backend, ExecId, HostData, StatesId, WeightsId};
+use crate::state::Snapshot;
 use std::collections::HashMap;
 
 /// What one step returns.
@@ -63,6 +64,28 @@ impl<'a> Session<'a> {
 
     pub fn states(&self) -> StatesId {
         self.states
+    }
+
+    /// Copies the current state (all layers) so it can be restored.
+    pub fn snapshot(&mut self) -> Result<Snapshot, ModelError> {
+        let decls = self.model.state_decls(self.ctx);
+        Ok(Snapshot::take(self.backend, &decls, self.states, self.pos)?)
+    }
+
+    /// Returns to a snapshot taken from this session.
+    pub fn restore(&mut self, snap: &Snapshot) -> Result<(), ModelError> {
+        self.pos = snap.restore(self.backend, self.states)?;
+        Ok(())
+    }
+
+    /// Frees a snapshot's buffers.
+    pub fn release(&mut self, snap: Snapshot) -> Result<(), ModelError> {
+        Ok(snap.release(self.backend)?)
+    }
+
+    /// Reads one named state buffer (tests, debugging).
+    pub fn read_state(&mut self, name: &str) -> Result<Vec<f32>, ModelError> {
+        Ok(self.backend.read_state(self.states, name)?)
     }
 
     /// Runs the target over `tokens` at the next positions.

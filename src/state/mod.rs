@@ -1,1 +1,86 @@
-//! Per-sequence state: KV cache, DeltaNet recurrent and conv state. (Being written.)
+//! Per-sequence state of the hybrid target: the attention KV cache and the DeltaNet conv and
+//! recurrent state, declared as named f32 buffers that backends allocate and ops update in place.
+//!
+//! Attention KV rows past the current position are never read (the causal mask stops at each
+//! query's position), so rolling attention back is only moving the position. DeltaNet state is
+//! overwritten in place, so rolling it back needs a snapshot (or, later, per-token states).
+
+use crate::backend::{Backend, BackendError, StateDecl, StatesId};
+use crate::model::{LayerKind, Qwen35Config};
+
+pub fn k_cache(layer: usize) -> String {
+    format!("blk.{layer}.k_cache")
+}
+pub fn v_cache(layer: usize) -> String {
+    format!("blk.{layer}.v_cache")
+}
+pub fn conv_state(layer: usize) -> String {
+    format!("blk.{layer}.conv_state")
+}
+pub fn ssm_state(layer: usize) -> String {
+    format!("blk.{layer}.ssm_state")
+}
+
+/// The state buffers of one sequence with room for `ctx` positions:
+/// attention layers hold `k_cache`/`v_cache` `[ctx, n_kv_heads, head_dim]`; DeltaNet layers hold
+/// `conv_state` `[conv_kernel − 1, conv_dim]` (the previous inputs, llama.cpp's K−1 convention)
+/// and `ssm_state` `[nv, dk, dv]`.
+pub fn layout(c: &Qwen35Config, ctx: usize) -> Vec<StateDecl> {
+    let mut v = Vec::new();
+    for (i, kind) in c.layers.iter().enumerate() {
+        match kind {
+            LayerKind::Attention => {
+                v.push(StateDecl::new(k_cache(i), &[ctx, c.n_kv_heads, c.head_dim]));
+                v.push(StateDecl::new(v_cache(i), &[ctx, c.n_kv_heads, c.head_dim]));
+            }
+            LayerKind::DeltaNet => {
+                v.push(StateDecl::new(
+                    conv_state(i),
+                    &[c.conv_kernel - 1, c.conv_dim()],
+                ));
+                v.push(StateDecl::new(ssm_state(i), &[c.nv, c.dk, c.dv]));
+            }
+        }
+    }
+    v
+}
+
+/// Bytes of one sequence's state (f32).
+pub fn bytes(decls: &[StateDecl]) -> usize {
+    decls.iter().map(|d| d.numel() * 4).sum()
+}
+
+/// A copy of a sequence's state at a position, restorable later.
+pub struct Snapshot {
+    pub(crate) states: StatesId,
+    pub pos: usize,
+}
+
+impl Snapshot {
+    /// Copies `live` (at `pos`) into a fresh state set on `backend`.
+    pub fn take(
+        backend: &mut dyn Backend,
+        decls: &[StateDecl],
+        live: StatesId,
+        pos: usize,
+    ) -> Result<Snapshot, BackendError> {
+        let states = backend.alloc_states(decls)?;
+        backend.copy_states(live, states)?;
+        Ok(Snapshot { states, pos })
+    }
+
+    /// Copies the snapshot back into `live`; returns the position to resume from.
+    pub fn restore(
+        &self,
+        backend: &mut dyn Backend,
+        live: StatesId,
+    ) -> Result<usize, BackendError> {
+        backend.copy_states(self.states, live)?;
+        Ok(self.pos)
+    }
+
+    /// Frees the snapshot's buffers.
+    pub fn release(self, backend: &mut dyn Backend) -> Result<(), BackendError> {
+        backend.free_states(self.states)
+    }
+}

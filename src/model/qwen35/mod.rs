@@ -49,30 +49,7 @@ impl Qwen35 {
 
     /// The per-sequence state buffers for a context of `ctx` positions.
     pub fn state_decls(&self, ctx: usize) -> Vec<StateDecl> {
-        let c = &self.cfg;
-        let mut v = Vec::new();
-        for (i, kind) in c.layers.iter().enumerate() {
-            match kind {
-                super::LayerKind::Attention => {
-                    v.push(StateDecl::new(
-                        names::k_cache(i),
-                        &[ctx, c.n_kv_heads, c.head_dim],
-                    ));
-                    v.push(StateDecl::new(
-                        names::v_cache(i),
-                        &[ctx, c.n_kv_heads, c.head_dim],
-                    ));
-                }
-                super::LayerKind::DeltaNet => {
-                    v.push(StateDecl::new(
-                        names::conv_state(i),
-                        &[c.conv_kernel - 1, c.conv_dim()],
-                    ));
-                    v.push(StateDecl::new(names::ssm_state(i), &[c.nv, c.dk, c.dv]));
-                }
-            }
-        }
-        v
+        crate::state::layout(&self.cfg, ctx)
     }
 
     /// Count of weight tensors per dtype, e.g. `Q4_K: 120`.
@@ -94,16 +71,5 @@ pub mod names {
     pub fn blk(i: usize, what: &str) -> String {
         format!("blk.{i}.{what}")
     }
-    pub fn k_cache(i: usize) -> String {
-        format!("blk.{i}.k_cache")
-    }
-    pub fn v_cache(i: usize) -> String {
-        format!("blk.{i}.v_cache")
-    }
-    pub fn conv_state(i: usize) -> String {
-        format!("blk.{i}.conv_state")
-    }
-    pub fn ssm_state(i: usize) -> String {
-        format!("blk.{i}.ssm_state")
-    }
+    pub use crate::state::{conv_state, k_cache, ssm_state, v_cache};
 }
