@@ -2,6 +2,7 @@
 //!
 //! Every failure prints one line (`error: …`) and exits with code 2.
 
+mod backends;
 mod bench;
 mod generate;
 mod info;
@@ -34,6 +35,11 @@ pub enum Command {
     Logits(logits::Args),
     /// Greedy generation.
     Generate(generate::Args),
+    /// Lists the backends, whether each runs here, and the embedded kernel targets.
+    Backends {
+        #[arg(long)]
+        json: bool,
+    },
     /// Writes a random model with real tensor names and shapes.
     Synth(synth::Args),
     /// Speed measurements.
@@ -67,6 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Logits(a) => logits::run(&a),
         Command::Generate(a) => generate::run(&a),
         Command::Synth(a) => synth::run(&a),
+        Command::Backends { json } => backends::run(json),
         Command::Bench(w) => bench::run(&w),
     }
 }
