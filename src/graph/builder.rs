@@ -197,6 +197,24 @@ impl GraphBuilder {
     ) -> R<TensorId> {
         self.one(Op::Attention(p), &[q, k, v, pos, k_cache, v_cache])
     }
+    /// Non-causal attention (see [`Op::AttentionNonCausal`]); `window` 0 means unlimited.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_non_causal(
+        &mut self,
+        p: AttnParams,
+        window: usize,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        pos: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+    ) -> R<TensorId> {
+        self.one(
+            Op::AttentionNonCausal { attn: p, window },
+            &[q, k, v, pos, k_cache, v_cache],
+        )
+    }
     pub fn sigmoid_mul(&mut self, x: TensorId, g: TensorId) -> R<TensorId> {
         self.one(Op::SigmoidMul, &[x, g])
     }

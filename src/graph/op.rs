@@ -102,6 +102,12 @@ pub enum Op {
     /// Row `pos[t]` of the caches is written with the new k/v first; query t then attends to
     /// cache rows `0 ..= pos[t]`.
     Attention(AttnParams),
+    /// GQA attention without a causal mask (DFlash drafter blocks). Same inputs as
+    /// [`Op::Attention`]: the new k/v rows are written at cache rows `pos[t]` first; then every
+    /// query t attends to cache rows `j` in `0 ..= max(pos)` (all of them: context rows written
+    /// earlier and every new row), restricted to `|pos[t] − j| ≤ window` when `window > 0`
+    /// (HF's bidirectional sliding window).
+    AttentionNonCausal { attn: AttnParams, window: usize },
     /// `x`, `g` (same shape) -> `x · sigmoid(g)`.
     SigmoidMul,
     /// `gate`, `up` (same shape) -> `silu(gate) · up`.
@@ -129,6 +135,7 @@ impl Op {
             Op::Reshape { .. } => "reshape",
             Op::Rope { .. } => "rope",
             Op::Attention(_) => "attention",
+            Op::AttentionNonCausal { .. } => "attention_non_causal",
             Op::SigmoidMul => "sigmoid_mul",
             Op::SwiGlu => "swiglu",
             Op::ArgMax => "argmax",

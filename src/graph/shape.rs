@@ -267,7 +267,7 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             }
             Ok(f32_out(x.shape.clone()))
         }
-        Op::Attention(p) => {
+        Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } => {
             c.arity(6)?;
             let (q, k, v) = (c.f32(0)?, c.f32(1)?, c.f32(2)?);
             let pos = c.i32(3)?;

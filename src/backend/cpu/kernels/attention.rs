@@ -22,6 +22,15 @@ pub(super) struct Caches<'a> {
     pub v: &'a mut [f32],
 }
 
+/// Which cache rows a query sees.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Mask {
+    /// Query t sees rows `0 ..= pos[t]`.
+    Causal,
+    /// Every query sees rows `0 ..= max(pos)`, within `|pos[t] − j| ≤ window` if `window > 0`.
+    NonCausal { window: usize },
+}
+
 /// Writes each new k/v row into cache row `pos[t]`, then query t attends to cache rows
 /// `0 ..= pos[t]` (q head h reads kv head `h / (nh / nkv)`), with `softmax(q·k · scale)` in f32.
 ///
@@ -30,6 +39,7 @@ pub(super) struct Caches<'a> {
 /// A position outside `[0, cap)` is a bad input, reported before any cache row is touched.
 pub(super) fn attention(
     p: &AttnParams,
+    mask: Mask,
     new: &NewRows,
     caches: Caches,
     out: &mut [f32],
@@ -63,6 +73,16 @@ pub(super) fn attention(
     }
     let (k_cache, v_cache) = (&*caches.k, &*caches.v);
     let group = nh / nkv;
+    let max_pos = new.pos.iter().copied().max().unwrap_or(0) as usize;
+    // The visible cache rows `lo .. hi` of query t.
+    let visible = |t: usize| -> (usize, usize) {
+        let p = new.pos[t] as usize;
+        match mask {
+            Mask::Causal => (0, p + 1),
+            Mask::NonCausal { window: 0 } => (0, max_pos + 1),
+            Mask::NonCausal { window } => (p.saturating_sub(window), (p + window).min(max_pos) + 1),
+        }
+    };
 
     // One task per (token, q head); `scores` is per-thread scratch.
     out.par_chunks_mut(hd)
@@ -71,11 +91,11 @@ pub(super) fn attention(
             let (t, h) = (i / nh, i % nh);
             let kv_off = (h / group) * hd;
             let q = &new.q[i * hd..(i + 1) * hd];
-            let n = new.pos[t] as usize + 1;
+            let (lo, hi) = visible(t);
 
             // Scores as HF's eager path forms them: (q·k) then the scale.
             scores.clear();
-            scores.extend((0..n).map(|j| dot(q, &k_cache[j * row + kv_off..][..hd]) * p.scale));
+            scores.extend((lo..hi).map(|j| dot(q, &k_cache[j * row + kv_off..][..hd]) * p.scale));
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0f32;
             for s in scores.iter_mut() {
@@ -84,7 +104,7 @@ pub(super) fn attention(
             }
             // Normalise to probabilities before weighting v, as softmax-then-matmul does.
             o.fill(0.0);
-            for (j, s) in scores.iter().enumerate() {
+            for (j, s) in (lo..hi).zip(scores.iter()) {
                 let w = s / sum;
                 for (acc, vv) in o.iter_mut().zip(&v_cache[j * row + kv_off..][..hd]) {
                     *acc += w * vv;

@@ -267,7 +267,14 @@ pub fn run_node(
             rope::rope(ins.f32(0)?, ins.i32(1)?, &geom, one_out(op, outs)?);
             Ok(())
         }
-        Op::Attention(p) => {
+        Op::Attention(_) | Op::AttentionNonCausal { .. } => {
+            let (p, mask) = match op {
+                Op::AttentionNonCausal { attn, window } => {
+                    (attn, attention::Mask::NonCausal { window: *window })
+                }
+                Op::Attention(p) => (p, attention::Mask::Causal),
+                _ => return Err(internal(op, "not an attention op")),
+            };
             let new = attention::NewRows {
                 q: ins.f32(0)?,
                 k: ins.f32(1)?,
@@ -287,7 +294,7 @@ pub fn run_node(
                     ));
                 }
             };
-            attention::attention(p, &new, caches, one_out(op, outs)?)
+            attention::attention(p, mask, &new, caches, one_out(op, outs)?)
         }
         Op::ArgMax => {
             let (_, width) = ins.rows_cols(0)?;
