@@ -6,7 +6,9 @@
 //! (KV cache, conv and recurrent state); a compiled graph is planned once and run many times.
 
 pub mod cpu;
+pub mod hip;
 pub mod host;
+pub mod wgpu;
 
 pub use host::{HostData, HostTensor, TensorBytes, WeightStore};
 
@@ -125,12 +127,26 @@ pub trait Backend {
 }
 
 /// Names accepted by [`create`].
-pub const BACKENDS: &[&str] = &["cpu"];
+pub const BACKENDS: &[&str] = &["cpu", "wgpu", "hip", "hip:rocm", "hip:cuda"];
 
 /// Creates a backend by name (`cpu`, …).
 pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
     match name {
         "cpu" => Ok(Box::new(cpu::CpuBackend::new())),
+        "hip" | "hip:rocm" | "hip:cuda" => {
+            let which = match name {
+                "hip:rocm" => hip::Which::Rocm,
+                "hip:cuda" => hip::Which::Cuda,
+                _ => hip::Which::Any,
+            };
+            hip::HipBackend::open(which)
+                .map(|b| Box::new(b) as Box<dyn Backend>)
+                .map_err(|reason| BackendError::Unavailable {
+                    backend: name.to_string(),
+                    reason,
+                })
+        }
+        "wgpu" => Ok(Box::new(wgpu::WgpuBackend::new()?)),
         other => Err(BackendError::Unknown(
             other.to_string(),
             BACKENDS.join(", "),

@@ -1,0 +1,236 @@
+//! Compiles the native GPU kernels (`hip/*.hip`) ahead of time with clang >= 19 into AMD code
+//! objects (gfx1100, gfx1151, gfx1201) and NVIDIA PTX (sm_80, sm_90), and generates
+//! `$OUT_DIR/hip_kernels.rs`: a table of the embedded blobs (`include_bytes!`).
+//!
+//! Without a usable clang the table is empty and the reason is embedded instead: the crate still
+//! builds and the `hip` backend reports itself unavailable with that reason. With clang, a kernel
+//! that does not compile fails the build (warnings are errors). `DELTASPEC_CLANG` picks the
+//! compiler (`none` skips the kernels).
+
+use std::env;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// AMD targets (wave32 RDNA3 / RDNA3.5 / RDNA4).
+const AMD_TARGETS: &[&str] = &["gfx1100", "gfx1151", "gfx1201"];
+/// NVIDIA targets and the PTX ISA version each is emitted with (7.0 is the first with sm_80,
+/// 8.0 needs a CUDA 12.0+ driver).
+const PTX_TARGETS: &[(&str, &str)] = &[("sm_80", "+ptx70"), ("sm_90", "+ptx80")];
+const MIN_CLANG: u32 = 19;
+
+struct Job {
+    source: String,
+    path: PathBuf,
+    target: &'static str,
+    out: PathBuf,
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=hip");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=DELTASPEC_CLANG");
+    let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let hip_dir =
+        Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("hip");
+
+    let mut sources: Vec<(String, PathBuf)> = std::fs::read_dir(&hip_dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "hip"))
+                .map(|p| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+                .collect()
+        })
+        .unwrap_or_default();
+    sources.sort();
+    if let Ok(rd) = std::fs::read_dir(&hip_dir) {
+        for e in rd.flatten() {
+            println!("cargo:rerun-if-changed={}", e.path().display());
+        }
+    }
+
+    let (clang, version) = match find_clang() {
+        Ok(c) => c,
+        Err(reason) => {
+            write_table(&out_dir, &[], Some(&reason), "");
+            return;
+        }
+    };
+
+    let mut jobs = Vec::new();
+    for (name, path) in &sources {
+        for t in AMD_TARGETS {
+            jobs.push(Job {
+                source: name.clone(),
+                path: path.clone(),
+                target: t,
+                out: out_dir.join(format!("{name}.{t}.hsaco")),
+            });
+        }
+        for (t, _) in PTX_TARGETS {
+            jobs.push(Job {
+                source: name.clone(),
+                path: path.clone(),
+                target: t,
+                out: out_dir.join(format!("{name}.{t}.ptx")),
+            });
+        }
+    }
+
+    let start = Instant::now();
+    let workers = env::var("NUM_JOBS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(2)
+        .clamp(1, 32);
+    let next = Mutex::new(0usize);
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        let i = *n;
+                        *n += 1;
+                        i
+                    };
+                    let Some(job) = jobs.get(i) else { break };
+                    if let Err(e) = compile(&clang, job) {
+                        failures.lock().unwrap().push(e);
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    if !failures.is_empty() {
+        panic!(
+            "\n{} GPU kernel compile(s) failed with {} (set DELTASPEC_CLANG=none to build without native kernels; \
+             AMD targets also need lld, e.g. `apt-get install lld-19`):\n\n{}",
+            failures.len(),
+            clang,
+            failures.join("\n\n")
+        );
+    }
+    let note = format!(
+        "{version}; {} kernel objects in {:.1} s",
+        jobs.len(),
+        start.elapsed().as_secs_f64()
+    );
+    write_table(&out_dir, &jobs, None, &note);
+}
+
+/// The first clang >= 19 among `$DELTASPEC_CLANG`, `/opt/rocm/llvm/bin/clang`, `clang-19`,
+/// `clang`, with its version line.
+fn find_clang() -> Result<(String, String), String> {
+    let mut candidates = Vec::new();
+    if let Ok(c) = env::var("DELTASPEC_CLANG") {
+        if c.eq_ignore_ascii_case("none") || c.is_empty() {
+            return Err("native kernels disabled at build time (DELTASPEC_CLANG=none)".into());
+        }
+        candidates.push(c);
+    } else {
+        candidates.extend(["/opt/rocm/llvm/bin/clang", "clang-19", "clang"].map(String::from));
+    }
+    let mut tried = Vec::new();
+    for c in candidates {
+        match Command::new(&c).arg("--version").output() {
+            Ok(o) if o.status.success() => {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                let line = text.lines().next().unwrap_or("").trim().to_string();
+                match clang_major(&text) {
+                    Some(v) if v >= MIN_CLANG => return Ok((c, line)),
+                    Some(v) => tried.push(format!("{c}: version {v} < {MIN_CLANG}")),
+                    None => tried.push(format!("{c}: unrecognised version output '{line}'")),
+                }
+            }
+            Ok(o) => tried.push(format!("{c}: --version exited with {}", o.status)),
+            Err(e) => tried.push(format!("{c}: {e}")),
+        }
+    }
+    Err(format!(
+        "no clang >= {MIN_CLANG} found at build time ({}); install clang-19 and lld-19 and rebuild",
+        tried.join("; ")
+    ))
+}
+
+/// The major version in `clang --version` output ("Debian clang version 19.1.7 ...",
+/// "AMD clang version 19.0.0git ...").
+fn clang_major(text: &str) -> Option<u32> {
+    let at = text.find("clang version ")? + "clang version ".len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+fn compile(clang: &str, job: &Job) -> Result<(), String> {
+    let mut cmd = Command::new(clang);
+    if job.target.starts_with("gfx") {
+        cmd.args(["-x", "hip", &format!("--offload-arch={}", job.target)])
+            .args([
+                "-nogpulib",
+                "-nogpuinc",
+                "--cuda-device-only",
+                "--no-gpu-bundle-output",
+            ]);
+    } else {
+        let ptx = PTX_TARGETS
+            .iter()
+            .find(|(t, _)| *t == job.target)
+            .map(|(_, f)| *f)
+            .expect("a PTX target");
+        cmd.args(["-x", "cuda", &format!("--cuda-gpu-arch={}", job.target)])
+            .args(["--cuda-device-only", "-nocudainc", "-nocudalib"])
+            .args(["-Xclang", "-target-feature", "-Xclang", ptx, "-S"]);
+    }
+    cmd.args(["-O3", "-std=c++17", "-Wall", "-Werror"])
+        .arg("-o")
+        .arg(&job.out)
+        .arg(&job.path);
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "{} for {}: {:?}\n{}{}",
+            job.source,
+            job.target,
+            cmd,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Err(format!(
+            "{} for {}: cannot run {clang}: {e}",
+            job.source, job.target
+        )),
+    }
+}
+
+fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {
+    let mut s = String::from("// Generated by build.rs: the embedded GPU kernel objects.\n");
+    s.push_str("pub static BLOBS: &[Blob] = &[\n");
+    for j in jobs {
+        writeln!(
+            s,
+            "    Blob {{ target: {:?}, source: {:?}, bytes: include_bytes!({:?}) }},",
+            j.target,
+            j.source,
+            j.out.display().to_string()
+        )
+        .unwrap();
+    }
+    s.push_str("];\n");
+    writeln!(s, "pub static BUILD_ERROR: Option<&str> = {error:?};").unwrap();
+    writeln!(s, "pub static BUILD_NOTE: &str = {note:?};").unwrap();
+    let path = out_dir.join("hip_kernels.rs");
+    // Rewrite only on change, so dependants are not rebuilt needlessly.
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(s.as_str()) {
+        std::fs::write(&path, s).expect("write hip_kernels.rs");
+    }
+}

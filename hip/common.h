@@ -1,0 +1,243 @@
+// deltaspec portability header: one kernel source for AMDGPU (HIP, wave32) and NVPTX (CUDA).
+//
+// Compiled by clang >= 19 without any ROCm or CUDA headers or device libraries
+// (`-nogpulib -nogpuinc` / `-nocudainc -nocudalib`), so everything below is builtins only:
+// thread ids, barriers, warp shuffles, and the math functions the kernels need (exp, log1p,
+// sin/cos are written here because the device libraries that normally provide them are absent).
+//
+// Kernels are written for a 32-lane warp: wave32 on RDNA (gfx11/gfx12 default to wave32 for
+// HIP), warp 32 on NVIDIA. The host checks the device's warp size when it loads the module.
+#pragma once
+
+#if !defined(__AMDGPU__) && !defined(__NVPTX__)
+#error "deltaspec kernels are compiled for the device only (amdgcn or nvptx)"
+#endif
+
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+
+// A device helper, always inlined (there is no linker step that could resolve calls).
+#define DEV static __device__ inline __attribute__((always_inline))
+// A kernel entry point with an unmangled name and a maximum block size.
+#define KERNEL(threads) extern "C" __global__ __attribute__((launch_bounds(threads))) void
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+constexpr u32 WARP = 32;
+
+struct alignas(16) u32x4 {
+    u32 x, y, z, w;
+};
+struct alignas(8) u32x2 {
+    u32 x, y;
+};
+struct alignas(16) f32x4 {
+    float x, y, z, w;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Thread and block indices, barriers, warp shuffles.
+
+#if defined(__AMDGPU__)
+
+DEV u32 tid_x() { return __builtin_amdgcn_workitem_id_x(); }
+DEV u32 bid_x() { return __builtin_amdgcn_workgroup_id_x(); }
+DEV u32 bid_y() { return __builtin_amdgcn_workgroup_id_y(); }
+DEV u32 bid_z() { return __builtin_amdgcn_workgroup_id_z(); }
+// Lane within the wave (wave32: mbcnt over the low 32 bits of the exec mask).
+DEV u32 lane_id() { return __builtin_amdgcn_mbcnt_lo(~0u, 0u); }
+// What HIP's __syncthreads does: s_barrier alone does not order LDS accesses.
+DEV void sync_block() {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+DEV i32 shfl_xor_i32(i32 v, u32 mask) {
+    return __builtin_amdgcn_ds_bpermute((i32)((lane_id() ^ mask) << 2), v);
+}
+DEV i32 shfl_idx_i32(i32 v, u32 src) { return __builtin_amdgcn_ds_bpermute((i32)(src << 2), v); }
+
+#else  // __NVPTX__
+
+DEV u32 tid_x() { return __nvvm_read_ptx_sreg_tid_x(); }
+DEV u32 bid_x() { return __nvvm_read_ptx_sreg_ctaid_x(); }
+DEV u32 bid_y() { return __nvvm_read_ptx_sreg_ctaid_y(); }
+DEV u32 bid_z() { return __nvvm_read_ptx_sreg_ctaid_z(); }
+DEV u32 lane_id() { return __nvvm_read_ptx_sreg_laneid(); }
+DEV void sync_block() { __nvvm_bar_sync(0); }
+DEV i32 shfl_xor_i32(i32 v, u32 mask) { return __nvvm_shfl_sync_bfly_i32(0xffffffffu, v, (i32)mask, 0x1f); }
+DEV i32 shfl_idx_i32(i32 v, u32 src) { return __nvvm_shfl_sync_idx_i32(0xffffffffu, v, (i32)src, 0x1f); }
+
+#endif
+
+DEV float shfl_xor(float v, u32 mask) {
+    return __builtin_bit_cast(float, shfl_xor_i32(__builtin_bit_cast(i32, v), mask));
+}
+DEV float shfl_idx(float v, u32 src) {
+    return __builtin_bit_cast(float, shfl_idx_i32(__builtin_bit_cast(i32, v), src));
+}
+
+// Sum over the 32 lanes; every lane gets the result.
+DEV float warp_sum(float v) {
+#pragma unroll
+    for (u32 m = 16; m > 0; m >>= 1) v += shfl_xor(v, m);
+    return v;
+}
+DEV float warp_max(float v) {
+#pragma unroll
+    for (u32 m = 16; m > 0; m >>= 1) v = __builtin_fmaxf(v, shfl_xor(v, m));
+    return v;
+}
+
+// Sum over a block of THREADS threads (a multiple of 32); every thread gets the result.
+// `buf` is shared scratch of at least THREADS/32 floats; the call contains two barriers.
+template <u32 THREADS>
+DEV float block_sum(float v, float* buf) {
+    v = warp_sum(v);
+    if constexpr (THREADS == WARP) {
+        return v;
+    } else {
+        const u32 w = tid_x() / WARP;
+        if (lane_id() == 0) buf[w] = v;
+        sync_block();
+        float s = 0.0f;
+#pragma unroll
+        for (u32 i = 0; i < THREADS / WARP; ++i) s += buf[i];
+        sync_block();
+        return s;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half-precision conversions (storage only).
+
+DEV float f16_to_f32(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
+DEV float bf16_to_f32(u16 h) { return __builtin_bit_cast(float, ((u32)h) << 16); }
+// An f16 stored at a 2-byte aligned address.
+DEV float load_f16(const u8* p) { return f16_to_f32(*(const u16*)p); }
+
+// ---------------------------------------------------------------------------------------------
+// Math. No device libraries are linked, so these are written out. Accuracy targets: a few ulp in
+// f32, which keeps the kernels within 1e-6 relative of the CPU reference (Rust's libm).
+
+DEV float ds_sqrt(float x) { return __builtin_sqrtf(x); }
+DEV bool ds_isnan(float x) { return x != x; }
+
+// e^x in f32: Cody-Waite reduction by ln 2, a degree-7 polynomial on |r| <= 0.35
+// (truncation error 5e-9), and an exact power-of-two scale in two steps.
+DEV float ds_expf(float x) {
+    if (ds_isnan(x)) return x;
+    if (x > 88.72284f) return __builtin_inff();
+    if (x < -103.97282f) return 0.0f;
+    const float k = __builtin_rintf(x * 1.44269504088896341f);
+    float r = __builtin_fmaf(-k, 0.693359375f, x);
+    r = __builtin_fmaf(-k, -2.12194440e-4f, r);
+    float p = 1.98412698e-4f;  // 1/7!
+    p = __builtin_fmaf(p, r, 1.38888889e-3f);
+    p = __builtin_fmaf(p, r, 8.33333333e-3f);
+    p = __builtin_fmaf(p, r, 4.16666667e-2f);
+    p = __builtin_fmaf(p, r, 1.66666667e-1f);
+    p = __builtin_fmaf(p, r, 0.5f);
+    p = __builtin_fmaf(p, r, 1.0f);
+    p = __builtin_fmaf(p, r, 1.0f);
+    const i32 ki = (i32)k;
+    const i32 k1 = ki / 2, k2 = ki - ki / 2;
+    const float s1 = __builtin_bit_cast(float, (u32)(k1 + 127) << 23);
+    const float s2 = __builtin_bit_cast(float, (u32)(k2 + 127) << 23);
+    return (p * s1) * s2;
+}
+
+// log(1 + y) in f64 for y > -1 (used by softplus; the f32 result is correctly rounded in
+// practice). Series for small y; otherwise frexp-style reduction and the atanh series.
+DEV double ds_log1p_f64(double y) {
+    if (y != y) return y;
+    const double ay = y < 0.0 ? -y : y;
+    if (ay < 1e-4) {
+        return y * (1.0 + y * (-0.5 + y * (1.0 / 3.0 + y * (-0.25 + y * 0.2))));
+    }
+    const double u = 1.0 + y;
+    if (u > 1.7976931348623157e308) return u;  // +inf
+    const u64 bits = __builtin_bit_cast(u64, u);
+    i32 e = (i32)((bits >> 52) & 0x7ff) - 1023;
+    double m = __builtin_bit_cast(double, (bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        e += 1;
+    }
+    const double s = (m - 1.0) / (m + 1.0);
+    const double s2 = s * s;
+    double t = 1.0 / 17.0;
+    t = t * s2 + 1.0 / 15.0;
+    t = t * s2 + 1.0 / 13.0;
+    t = t * s2 + 1.0 / 11.0;
+    t = t * s2 + 1.0 / 9.0;
+    t = t * s2 + 1.0 / 7.0;
+    t = t * s2 + 1.0 / 5.0;
+    t = t * s2 + 1.0 / 3.0;
+    t = t * s2 + 1.0;
+    return (double)e * 0.69314718055994530942 + 2.0 * s * t;
+}
+
+// torch's softplus (beta 1, threshold 20), as the CPU reference: `x` above 20, else
+// log1p(exp(x)) with exp in f32.
+DEV float ds_softplus(float x) {
+    if (x > 20.0f) return x;
+    return (float)ds_log1p_f64((double)ds_expf(x));
+}
+
+DEV float ds_sigmoid(float x) { return 1.0f / (1.0f + ds_expf(-x)); }
+DEV float ds_silu(float x) { return x / (1.0f + ds_expf(-x)); }
+
+// sin and cos of an f32 angle, evaluated in f64 (reduction by pi/2 in two parts, exact for
+// |x| < 2^20 * pi/2, then Taylor series on |r| <= pi/4), rounded to f32.
+DEV void ds_sincosf(float a, float* s_out, float* c_out) {
+    const double x = (double)a;
+    const double k = __builtin_rint(x * 0.63661977236758134308);
+    double r = __builtin_fma(-k, 1.57079632673412561417e+00, x);
+    r = __builtin_fma(-k, 6.07710050650619224932e-11, r);
+    const double r2 = r * r;
+    // sin r = r (1 - r2/3! + r2^2/5! - ...), cos r = 1 - r2/2! + ...
+    double sp = -1.0 / 1307674368000.0;  // -1/15!
+    sp = sp * r2 + 1.0 / 6227020800.0;
+    sp = sp * r2 - 1.0 / 39916800.0;
+    sp = sp * r2 + 1.0 / 362880.0;
+    sp = sp * r2 - 1.0 / 5040.0;
+    sp = sp * r2 + 1.0 / 120.0;
+    sp = sp * r2 - 1.0 / 6.0;
+    const double sr = r + r * r2 * sp;
+    double cp = 1.0 / 20922789888000.0;  // 1/16!
+    cp = cp * r2 - 1.0 / 87178291200.0;
+    cp = cp * r2 + 1.0 / 479001600.0;
+    cp = cp * r2 - 1.0 / 3628800.0;
+    cp = cp * r2 + 1.0 / 40320.0;
+    cp = cp * r2 - 1.0 / 720.0;
+    cp = cp * r2 + 1.0 / 24.0;
+    cp = cp * r2 - 0.5;
+    const double cr = 1.0 + r2 * cp;
+    const i64 q = (i64)k & 3;
+    double s, c;
+    if (q == 0) {
+        s = sr;
+        c = cr;
+    } else if (q == 1) {
+        s = cr;
+        c = -sr;
+    } else if (q == 2) {
+        s = -sr;
+        c = -cr;
+    } else {
+        s = -cr;
+        c = sr;
+    }
+    *s_out = (float)s;
+    *c_out = (float)c;
+}
+
+DEV float nan_f32() { return __builtin_bit_cast(float, 0x7fc00000u); }

@@ -1,0 +1,134 @@
+// Gated delta net, recurrent form, token by token (model notes §4.3-4.4; the CPU reference
+// src/backend/cpu/kernels/gdn.rs):
+//   qkv [T, 2·nk·dk + nv·dv] = [q | k | v], b, a [T, nv], ssm_a, dt_bias [nv] (f32),
+//   state [nv, dk, dv] (f32, updated in place) -> o [T, nv, dv].
+// Per token t and value head h with key head kh:
+//   q, k L2-normalised (q then scaled by dk^-0.5), beta = sigmoid(b), g = ssm_a·softplus(a + dt_bias)
+//   S = e^g · S;  kv = Sᵀk;  δ = β·(v − kv);  S += k ⊗ δ;  o = Sᵀq
+//
+// One warp per block; grid (nv, ceil(dv / COLS)): the block owns COLS state columns j of head h
+// and keeps them for all T tokens. The register variants (DK = 64, 128; COLS = 16, 8) hold the
+// columns in registers (one state read and one write per call); the generic variant (any dk up
+// to 512, COLS = 32) works in global memory.
+#include "common.h"
+
+constexpr u32 GDN_THREADS = 32;
+constexpr u32 GDN_MAX_DK = 512;
+
+struct GdnArgs {
+    u32 T, nk, nv, dk, dv, tiled;
+    float l2_eps, q_scale;
+};
+
+// Loads and L2-normalises q and k of key head kh at token t into shared qn/kn.
+DEV void gdn_load_qk(const float* __restrict__ qkv, u32 t, u32 kh, const GdnArgs& p, float* qn, float* kn) {
+    const u32 key_dim = p.nk * p.dk, conv_dim = 2 * key_dim + p.nv * p.dv;
+    const float* q = qkv + (u64)t * conv_dim + (u64)kh * p.dk;
+    const float* k = q + key_dim;
+    float sq = 0.0f, sk = 0.0f;
+    for (u32 i = lane_id(); i < p.dk; i += WARP) {
+        const float a = q[i], b = k[i];
+        qn[i] = a;
+        kn[i] = b;
+        sq += a * a;
+        sk += b * b;
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    const float rq = 1.0f / ds_sqrt(sq + p.l2_eps), rk = 1.0f / ds_sqrt(sk + p.l2_eps);
+    for (u32 i = lane_id(); i < p.dk; i += WARP) {
+        qn[i] = (qn[i] * rq) * p.q_scale;
+        kn[i] = kn[i] * rk;
+    }
+    sync_block();
+}
+
+// DK != 0: the state rows of a column are split over SPLIT lanes (R = DK / SPLIT rows each,
+// in registers); lane = part * COLS + column, so the parts of a column are COLS lanes apart and
+// their partial sums combine with xor shuffles. DK == 0: one lane per column, state in memory.
+template <u32 DK, u32 SPLIT>
+DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
+             const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, float* __restrict__ state,
+             float* __restrict__ out, const GdnArgs& p) {
+    constexpr u32 COLS = WARP / SPLIT;
+    constexpr u32 R = DK ? DK / SPLIT : 1;
+    __shared__ float qn[DK ? DK : GDN_MAX_DK];
+    __shared__ float kn[DK ? DK : GDN_MAX_DK];
+    const u32 h = bid_x();
+    const u32 lane = lane_id();
+    const u32 part = lane / COLS;
+    const u32 j = bid_y() * COLS + lane % COLS;
+    const bool active = j < p.dv;
+    const u32 kh = p.tiled ? h % p.nk : h / (p.nv / p.nk);
+    const u32 key_dim = p.nk * p.dk, conv_dim = 2 * key_dim + p.nv * p.dv;
+    float* S = state + (u64)h * p.dk * p.dv + j;  // column j: S[i * dv]
+    const u32 i0 = part * R;                     // first state row of this lane (register path)
+    float s[R];
+    if constexpr (DK != 0) {
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
+    }
+    for (u32 t = 0; t < p.T; ++t) {
+        gdn_load_qk(qkv, t, kh, p, qn, kn);
+        const float beta = ds_sigmoid(b[(u64)t * p.nv + h]);
+        const float g = ssm_a[h] * ds_softplus(a[(u64)t * p.nv + h] + dt_bias[h]);
+        const float decay = ds_expf(g);
+        const float v = active ? qkv[(u64)t * conv_dim + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
+        if constexpr (DK != 0) {
+            // All lanes run the shuffles; inactive columns hold zeros.
+            float kv = 0.0f;
+#pragma unroll
+            for (u32 i = 0; i < R; ++i) {
+                s[i] *= decay;
+                kv += s[i] * kn[i0 + i];
+            }
+#pragma unroll
+            for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
+            const float d = (v - kv) * beta;
+            float o = 0.0f;
+#pragma unroll
+            for (u32 i = 0; i < R; ++i) {
+                s[i] += kn[i0 + i] * d;
+                o += s[i] * qn[i0 + i];
+            }
+#pragma unroll
+            for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
+            if (active && part == 0) out[((u64)t * p.nv + h) * p.dv + j] = o;
+        } else if (active) {
+            float kv = 0.0f;
+            for (u32 i = 0; i < p.dk; ++i) {
+                const float x = S[(u64)i * p.dv] * decay;
+                S[(u64)i * p.dv] = x;
+                kv += x * kn[i];
+            }
+            const float d = (v - kv) * beta;
+            float o = 0.0f;
+            for (u32 i = 0; i < p.dk; ++i) {
+                const float x = S[(u64)i * p.dv] + kn[i] * d;
+                S[(u64)i * p.dv] = x;
+                o += x * qn[i];
+            }
+            out[((u64)t * p.nv + h) * p.dv + j] = o;
+        }
+        sync_block();  // qn/kn are rewritten for the next token
+    }
+    if constexpr (DK != 0) {
+        if (active) {
+#pragma unroll
+            for (u32 i = 0; i < R; ++i) S[(u64)(i0 + i) * p.dv] = s[i];
+        }
+    }
+}
+
+#define DS_GDN(name, DK, SPLIT)                                                                            \
+    KERNEL(GDN_THREADS)                                                                              \
+    name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
+         float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
+         float q_scale) {                                                                            \
+        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
+        gdn<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                                           \
+    }
+
+DS_GDN(gdn_dk64, 64, 2)
+DS_GDN(gdn_dk128, 128, 4)
+DS_GDN(gdn_any, 0, 1)

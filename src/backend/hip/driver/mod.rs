@@ -1,0 +1,126 @@
+//! The GPU driver layer: a small trait over the two vendor driver APIs, each loaded at run time
+//! with `libloading` (no link-time dependency: the binary starts on machines without either).
+//!
+//! Every call returns `Result` with the driver's own error string. A missing library or symbol is
+//! reported by [`open`] as an "unavailable" reason, never a panic.
+
+pub mod cuda;
+pub mod rocm;
+
+use std::ffi::c_void;
+
+/// A device address.
+pub type DevPtr = u64;
+
+/// An opaque driver handle (module, function, event): the driver's pointer value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Handle(pub usize);
+
+/// Which vendor API a driver speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// AMD HIP runtime (`libamdhip64`), code objects for gfx targets.
+    Rocm,
+    /// NVIDIA driver API (`libcuda`), PTX.
+    Cuda,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Rocm => "rocm",
+            Api::Cuda => "cuda",
+        }
+    }
+}
+
+/// The operations the backend needs. All work is issued on the driver's one stream, in order.
+pub trait Driver {
+    fn api(&self) -> Api;
+    /// The device's marketing name.
+    fn device_name(&self) -> String;
+    /// Compute capability as an embedded-target name (`sm_90`), or `None` where the driver
+    /// cannot tell (AMD: the loader tries each embedded code object instead).
+    fn target(&self) -> Option<String>;
+    fn warp_size(&self) -> u32;
+    fn multiprocessors(&self) -> u32;
+
+    fn alloc(&self, bytes: usize) -> Result<DevPtr, String>;
+    fn free(&self, ptr: DevPtr) -> Result<(), String>;
+    /// Fills `bytes` bytes at `ptr` with `value` (queued on the stream).
+    fn memset(&self, ptr: DevPtr, value: u8, bytes: usize) -> Result<(), String>;
+    /// Host to device; returns once `src` may be reused.
+    fn htod(&self, dst: DevPtr, src: &[u8]) -> Result<(), String>;
+    /// Device to host; waits for all queued work, then copies.
+    fn dtoh(&self, dst: &mut [u8], src: DevPtr) -> Result<(), String>;
+    /// Device to device (queued on the stream).
+    fn dtod(&self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<(), String>;
+
+    /// Loads a code object (AMD) or NUL-terminated PTX text (NVIDIA).
+    fn load_module(&self, image: &[u8]) -> Result<Handle, String>;
+    fn function(&self, module: Handle, name: &str) -> Result<Handle, String>;
+    /// Queues a kernel launch.
+    ///
+    /// # Safety
+    /// `args` must hold one pointer per kernel parameter, each pointing at a value of exactly
+    /// that parameter's type, and every device pointer among them must address memory the kernel
+    /// may access for the given grid; otherwise the kernel reads or writes arbitrary device memory.
+    unsafe fn launch(
+        &self,
+        function: Handle,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        args: &mut [*mut c_void],
+    ) -> Result<(), String>;
+    /// Waits for all queued work.
+    fn sync(&self) -> Result<(), String>;
+
+    fn event_create(&self) -> Result<Handle, String>;
+    fn event_record(&self, event: Handle) -> Result<(), String>;
+    /// Milliseconds between two recorded events (waits for `end`).
+    fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, String>;
+    fn event_destroy(&self, event: Handle) -> Result<(), String>;
+}
+
+/// Opens the first device of one API, or says why it is unavailable.
+pub fn open(api: Api) -> Result<Box<dyn Driver>, String> {
+    match api {
+        Api::Rocm => rocm::Rocm::open().map(|d| Box::new(d) as Box<dyn Driver>),
+        Api::Cuda => cuda::Cuda::open().map(|d| Box::new(d) as Box<dyn Driver>),
+    }
+}
+
+/// Loads the first library of `names` that opens, or lists why each failed.
+pub(crate) fn load_library(names: &[&str]) -> Result<libloading::Library, String> {
+    let mut why = Vec::new();
+    for n in names {
+        // SAFETY: loading a vendor driver library runs its initialisers. These are the
+        // system's own GPU runtime libraries, loaded by name exactly as a program linked
+        // against them would load them; nothing else in the process is affected.
+        match unsafe { libloading::Library::new(*n) } {
+            Ok(l) => return Ok(l),
+            Err(e) => {
+                use std::error::Error as _;
+                let detail = e
+                    .source()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| e.to_string());
+                why.push(detail);
+            }
+        }
+    }
+    Err(why.join("; "))
+}
+
+/// Copies a function pointer of type `T` out of `lib`.
+///
+/// # Safety
+/// `T` must be the exact C signature of the symbol `name`, and the returned pointer must not be
+/// called after `lib` is dropped (the drivers keep the library alongside the pointers).
+pub(crate) unsafe fn symbol<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    // SAFETY: forwarded to the caller (the signature matches the symbol).
+    unsafe { lib.get::<T>(name) }
+        .map(|s| *s)
+        .map_err(|e| format!("missing symbol {name}: {e}"))
+}

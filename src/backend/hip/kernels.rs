@@ -1,0 +1,163 @@
+//! The kernel objects compiled by `build.rs` from `hip/*.hip`, and the names of every kernel the
+//! host launches (the single list the launcher and the build tests share).
+
+use crate::tensor::DType;
+
+/// One embedded kernel object: a code object (`gfx*`) or NUL-less PTX text (`sm_*`).
+#[derive(Clone, Copy, Debug)]
+pub struct Blob {
+    pub target: &'static str,
+    /// The `hip/<source>.hip` it was compiled from.
+    pub source: &'static str,
+    pub bytes: &'static [u8],
+}
+
+include!(concat!(env!("OUT_DIR"), "/hip_kernels.rs"));
+
+/// Every embedded object.
+pub fn blobs() -> &'static [Blob] {
+    BLOBS
+}
+
+/// Why the table is empty (no clang at build time, or disabled), if it is.
+pub fn build_error() -> Option<&'static str> {
+    BUILD_ERROR
+}
+
+/// The compiler and compile time of the embedded objects.
+pub fn build_note() -> &'static str {
+    BUILD_NOTE
+}
+
+/// Distinct targets with embedded objects, sorted.
+pub fn targets() -> Vec<String> {
+    let mut t: Vec<String> = BLOBS.iter().map(|b| b.target.to_string()).collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
+/// The source files every target must provide.
+pub const SOURCES: &[&str] = &[
+    "attention",
+    "conv",
+    "elementwise",
+    "gdn",
+    "matmul",
+    "norm",
+    "rope",
+    "select",
+];
+
+/// Weight formats with kernels: the kernel-name suffix and the dtype.
+/// `f32s`/`f16s`/`bf16s` are the scalar variants for rows that are not whole 16-byte vectors.
+pub const WEIGHT_TYPES: &[(&str, DType)] = &[
+    ("f32", DType::F32),
+    ("f32s", DType::F32),
+    ("f16", DType::F16),
+    ("f16s", DType::F16),
+    ("bf16", DType::BF16),
+    ("bf16s", DType::BF16),
+    ("q4_0", DType::Q4_0),
+    ("q4_1", DType::Q4_1),
+    ("q5_0", DType::Q5_0),
+    ("q5_1", DType::Q5_1),
+    ("q8_0", DType::Q8_0),
+    ("q4_k", DType::Q4K),
+    ("q5_k", DType::Q5K),
+    ("q6_k", DType::Q6K),
+    ("iq4_nl", DType::Iq4Nl),
+    ("iq4_xs", DType::Iq4Xs),
+];
+
+/// GEMV variants: input rows accumulated per pass over the weights.
+pub const GEMV_TILES: &[u32] = &[1, 2, 4, 8];
+/// Attention variants: head-dim elements per lane (hd <= 32 · HDL).
+pub const ATTN_HDL: &[u32] = &[1, 2, 4, 8];
+
+/// Work-item geometry of a weight kernel: (elements per block, bytes per block, elements per
+/// work item), mirroring `hip/quant.h`.
+pub fn geometry(suffix: &str) -> (usize, usize, usize) {
+    match suffix {
+        "f32" => (4, 16, 4),
+        "f32s" => (1, 4, 1),
+        "f16" | "bf16" => (8, 16, 8),
+        "f16s" | "bf16s" => (1, 2, 1),
+        "q4_0" | "iq4_nl" => (32, 18, 16),
+        "q4_1" => (32, 20, 16),
+        "q5_0" => (32, 22, 16),
+        "q5_1" => (32, 24, 16),
+        "q8_0" => (32, 34, 16),
+        "q4_k" => (256, 144, 32),
+        "q5_k" => (256, 176, 32),
+        "q6_k" => (256, 210, 32),
+        "iq4_xs" => (256, 136, 32),
+        _ => (0, 0, 0),
+    }
+}
+
+/// The kernel suffix for a weight of `dtype` whose rows hold `k` values, or `None` for a type
+/// without kernels.
+pub fn weight_kernel(dtype: DType, k: usize) -> Option<&'static str> {
+    let vector = |width: usize| k % width == 0;
+    Some(match dtype {
+        DType::F32 => {
+            if vector(4) {
+                "f32"
+            } else {
+                "f32s"
+            }
+        }
+        DType::F16 => {
+            if vector(8) {
+                "f16"
+            } else {
+                "f16s"
+            }
+        }
+        DType::BF16 => {
+            if vector(8) {
+                "bf16"
+            } else {
+                "bf16s"
+            }
+        }
+        other => WEIGHT_TYPES
+            .iter()
+            .find(|(_, d)| *d == other)
+            .map(|(s, _)| *s)?,
+    })
+}
+
+/// Every kernel, as `(source, name)`.
+pub fn kernel_names() -> Vec<(&'static str, String)> {
+    let mut v: Vec<(&'static str, String)> = Vec::new();
+    for (ty, _) in WEIGHT_TYPES {
+        for nt in GEMV_TILES {
+            v.push(("matmul", format!("gemv_{ty}_{nt}")));
+        }
+        v.push(("matmul", format!("mm_{ty}")));
+        v.push(("matmul", format!("embed_{ty}")));
+        v.push(("matmul", format!("dequant_{ty}")));
+    }
+    for n in ["rms_norm", "add_rms_norm", "gated_rms_norm", "l2_norm"] {
+        v.push(("norm", n.into()));
+    }
+    for n in ["add_f32", "sigmoid_mul", "swiglu", "slice_last", "fill_f32"] {
+        v.push(("elementwise", n.into()));
+    }
+    v.push(("rope", "rope".into()));
+    v.push(("conv", "conv_step".into()));
+    for n in ["gdn_dk64", "gdn_dk128", "gdn_any"] {
+        v.push(("gdn", n.into()));
+    }
+    v.push(("attention", "kv_write".into()));
+    for h in ATTN_HDL {
+        v.push(("attention", format!("attn_hd{h}")));
+    }
+    v.push(("attention", "attn_combine".into()));
+    for n in ["argmax_f32", "top_k_f32"] {
+        v.push(("select", n.into()));
+    }
+    v
+}

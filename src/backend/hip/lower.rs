@@ -1,0 +1,764 @@
+//! The lowering shared by both drivers: graph nodes to kernel launches, plus the run-time checks
+//! the CPU reference also makes (inputs, weights, states, token ids and positions).
+//!
+//! Every launch's argument list mirrors the C signature of its kernel in `hip/*.hip`; keep the
+//! two in step (the op tests on a GPU catch a mismatch).
+
+use super::kernels::{self, weight_kernel};
+use super::{Exec, HipBackend, StateSet, WeightSet};
+use crate::backend::{BackendError, HostData};
+use crate::graph::{Graph, HeadMap, Node, Op, TensorId, TensorKind};
+use crate::tensor::DType;
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use super::driver::DevPtr;
+
+/// One kernel argument, widened to 8 bytes of storage (the driver reads the parameter's own size
+/// from the front, which is the value on little-endian hosts).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Arg {
+    P(DevPtr),
+    U32(u32),
+    F32(f32),
+    U64(u64),
+}
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("kernel arguments are passed in 8-byte little-endian slots");
+
+/// Launches `hip/<source>.hip:name` with a 1-D block of `block` threads.
+pub(super) fn launch(
+    be: &HipBackend,
+    source: &'static str,
+    name: &str,
+    grid: [u32; 3],
+    block: u32,
+    args: &[Arg],
+) -> Result<(), BackendError> {
+    if grid.contains(&0) {
+        return Ok(()); // nothing to do (an empty tensor)
+    }
+    let f = be.func(source, name)?;
+    let mut store: Vec<u64> = args
+        .iter()
+        .map(|a| match *a {
+            Arg::P(p) => p,
+            Arg::U32(v) => u64::from(v),
+            Arg::F32(v) => u64::from(v.to_bits()),
+            Arg::U64(v) => v,
+        })
+        .collect();
+    let mut ptrs: Vec<*mut c_void> = store.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+    // SAFETY: every call site passes the arguments of `name`'s C signature in order (pointers
+    // as device addresses of buffers sized for the launch's shapes, checked by shape inference
+    // and the planner); `store` outlives the call, and the driver copies the values at launch.
+    unsafe { be.drv.launch(f, grid, [block, 1, 1], 0, &mut ptrs) }
+        .map_err(|e| be.dev_err(format!("{name}: {e}")))
+}
+
+fn blocks(n: u64, per: u64) -> u32 {
+    n.div_ceil(per).min(u64::from(u32::MAX)) as u32
+}
+
+/// Everything a run binds: device addresses of every tensor.
+pub(super) struct Env<'a> {
+    pub graph: &'a Graph,
+    pub ex: &'a Exec,
+    pub ws: &'a WeightSet,
+    pub ss: &'a StateSet,
+    pub bound: &'a HashMap<TensorId, &'a HostData>,
+}
+
+impl Env<'_> {
+    /// Device address of a tensor's data (views resolve to their source).
+    pub fn ptr(&self, id: TensorId) -> DevPtr {
+        let root = self.graph.storage_root(id);
+        let t = self.graph.tensor(root);
+        match t.kind {
+            TensorKind::Input => self.ex.inputs[&root].ptr,
+            TensorKind::Weight => self.ws.tensors[&t.name].buf.ptr,
+            TensorKind::State => self.ss.bufs[&t.name].ptr,
+            TensorKind::Node { .. } => {
+                let slot = self.ex.plan.slot_of[root.index()]
+                    .expect("the planner places every node output");
+                self.ex.arena.ptr + self.ex.slot_offset[slot] as DevPtr
+            }
+        }
+    }
+
+    /// Address of a tensor read as plain f32 values (non-f32 weights: their f32 view).
+    pub fn f32_ptr(&self, id: TensorId) -> DevPtr {
+        let t = self.graph.tensor(id);
+        if t.kind == TensorKind::Weight && t.dtype != DType::F32 {
+            return self.ws.f32_views[&t.name].ptr;
+        }
+        self.ptr(id)
+    }
+}
+
+fn unsupported(be: &HipBackend, op: &Op, msg: String) -> BackendError {
+    BackendError::Unsupported {
+        backend: be.label.clone(),
+        op: op.name().into(),
+        msg,
+    }
+}
+
+/// Rejects graphs with shapes or types the kernels do not cover.
+pub(super) fn check_supported(be: &HipBackend, g: &Graph) -> Result<(), BackendError> {
+    for node in &g.nodes {
+        let t = |i: usize| g.tensor(node.inputs[i]);
+        match &node.op {
+            Op::Embed | Op::MatMul => {
+                let w = if matches!(node.op, Op::Embed) {
+                    t(0)
+                } else {
+                    t(1)
+                };
+                let k = w.last_dim();
+                if weight_kernel(w.dtype, k).is_none() {
+                    return Err(unsupported(
+                        be,
+                        &node.op,
+                        format!("{} weights have no kernel", w.dtype),
+                    ));
+                }
+            }
+            Op::RmsNorm { .. }
+            | Op::AddRmsNorm { .. }
+            | Op::GatedRmsNorm { .. }
+            | Op::ConvStep
+            | Op::GatedDeltaNet(_) => {
+                for &p in super::f32_weight_positions(&node.op) {
+                    let w = t(p);
+                    if w.kind == TensorKind::Weight
+                        && weight_kernel(w.dtype, w.last_dim()).is_none()
+                    {
+                        return Err(unsupported(
+                            be,
+                            &node.op,
+                            format!("{} weights have no kernel", w.dtype),
+                        ));
+                    }
+                }
+                if let Op::GatedDeltaNet(p) = &node.op {
+                    if p.dk > 512 {
+                        return Err(unsupported(be, &node.op, format!("dk {} > 512", p.dk)));
+                    }
+                }
+            }
+            Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } => {
+                if p.head_dim > 32 * 8 {
+                    return Err(unsupported(
+                        be,
+                        &node.op,
+                        format!("head_dim {} > 256", p.head_dim),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn bad_input(be: &HipBackend, name: &str, msg: String) -> BackendError {
+    BackendError::BadInput {
+        backend: be.label.clone(),
+        name: name.into(),
+        msg,
+    }
+}
+
+/// Checks the caller's inputs against the graph's declarations.
+pub(super) fn bind_inputs<'a>(
+    be: &HipBackend,
+    g: &Graph,
+    inputs: &'a [(&str, HostData)],
+) -> Result<HashMap<TensorId, &'a HostData>, BackendError> {
+    let mut bound = HashMap::new();
+    for id in g.inputs() {
+        let t = g.tensor(id);
+        let (_, data) = inputs
+            .iter()
+            .find(|(n, _)| *n == t.name)
+            .ok_or_else(|| bad_input(be, &t.name, "not provided".into()))?;
+        if data.dtype() != t.dtype || data.len() != t.numel() {
+            return Err(bad_input(
+                be,
+                &t.name,
+                format!(
+                    "expected {} × {:?}, got {} × {}",
+                    t.dtype,
+                    t.shape,
+                    data.dtype(),
+                    data.len()
+                ),
+            ));
+        }
+        bound.insert(id, data);
+    }
+    Ok(bound)
+}
+
+/// Every weight the graph uses must be uploaded with the declared type, shape and byte length.
+pub(super) fn check_weights(
+    be: &HipBackend,
+    g: &Graph,
+    w: &HashMap<String, super::DevWeight>,
+) -> Result<(), BackendError> {
+    for id in g.weights() {
+        let t = g.tensor(id);
+        let h = w.get(&t.name).ok_or_else(|| BackendError::MissingWeight {
+            backend: be.label.clone(),
+            name: t.name.clone(),
+        })?;
+        if h.dtype != t.dtype || h.shape != t.shape {
+            return Err(BackendError::WeightMismatch {
+                backend: be.label.clone(),
+                name: t.name.clone(),
+                got: format!("{} {:?}", h.dtype, h.shape),
+                want: format!("{} {:?}", t.dtype, t.shape),
+            });
+        }
+        let row = t.last_dim();
+        let want = t.dtype.bytes_for(row).map(|b| b * (t.numel() / row.max(1)));
+        if want != Some(h.buf.bytes) {
+            return Err(be.dev_err(format!(
+                "weight of {} {:?} holds {} bytes, expected {}",
+                t.dtype,
+                t.shape,
+                h.buf.bytes,
+                want.map_or("whole blocks".to_string(), |w| w.to_string())
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn check_states(be: &HipBackend, g: &Graph, s: &StateSet) -> Result<(), BackendError> {
+    for id in g.states() {
+        let t = g.tensor(id);
+        let b = s
+            .bufs
+            .get(&t.name)
+            .ok_or_else(|| BackendError::MissingState {
+                backend: be.label.clone(),
+                name: t.name.clone(),
+            })?;
+        if b.bytes != t.numel() * 4 {
+            return Err(be.dev_err(format!(
+                "state {} holds {} values, the graph expects {:?}",
+                t.name,
+                b.bytes / 4,
+                t.shape
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The values of an i32 graph input, if `id` is one (token ids, positions).
+fn input_i32<'a>(
+    g: &Graph,
+    bound: &HashMap<TensorId, &'a HostData>,
+    id: TensorId,
+) -> Option<&'a [i32]> {
+    match bound.get(&g.storage_root(id)) {
+        Some(HostData::I32(v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// Token ids and positions that come from inputs are checked on the host, with the CPU
+/// reference's errors, before anything runs (kernels only guard against out-of-range values).
+pub(super) fn check_data(
+    be: &HipBackend,
+    g: &Graph,
+    bound: &HashMap<TensorId, &HostData>,
+) -> Result<(), BackendError> {
+    for node in &g.nodes {
+        match &node.op {
+            Op::Embed => {
+                let vocab = g.tensor(node.inputs[0]).shape[0];
+                if let Some(ids) = input_i32(g, bound, node.inputs[1]) {
+                    if let Some((t, id)) = ids
+                        .iter()
+                        .enumerate()
+                        .find(|(_, id)| usize::try_from(**id).ok().is_none_or(|i| i >= vocab))
+                    {
+                        return Err(bad_input(
+                            be,
+                            &g.tensor(node.inputs[1]).name,
+                            format!("token id {id} at {t} is outside the vocabulary of {vocab}"),
+                        ));
+                    }
+                }
+            }
+            Op::Attention(_) | Op::AttentionNonCausal { .. } => {
+                let cap = g.tensor(node.inputs[4]).shape[0];
+                if let Some(pos) = input_i32(g, bound, node.inputs[3]) {
+                    if let Some((t, p)) = pos
+                        .iter()
+                        .enumerate()
+                        .find(|(_, p)| usize::try_from(**p).ok().is_none_or(|p| p >= cap))
+                    {
+                        return Err(bad_input(
+                            be,
+                            &g.tensor(node.inputs[3]).name,
+                            format!("position {p} of token {t} is outside the cache of {cap} rows"),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+const ELEM_PER_BLOCK: u64 = 256 * 4;
+
+/// Launches the kernels of one node.
+pub(super) fn node(
+    be: &HipBackend,
+    env: &Env,
+    index: usize,
+    node: &Node,
+) -> Result<(), BackendError> {
+    let g = env.graph;
+    let inp = |i: usize| g.tensor(node.inputs[i]);
+    let p_in = |i: usize| Arg::P(env.ptr(node.inputs[i]));
+    let p_f32 = |i: usize| Arg::P(env.f32_ptr(node.inputs[i]));
+    let p_out = |i: usize| Arg::P(env.ptr(node.outputs[i]));
+    let out = |i: usize| g.tensor(node.outputs[i]);
+    let u32_of = |v: usize| -> Result<Arg, BackendError> {
+        u32::try_from(v).map(Arg::U32).map_err(|_| {
+            unsupported(
+                be,
+                &node.op,
+                format!("size {v} does not fit the kernels' 32-bit sizes"),
+            )
+        })
+    };
+
+    match &node.op {
+        Op::Reshape { .. } => Ok(()),
+        Op::Embed => {
+            let table = inp(0);
+            let (vocab, dim) = (table.shape[0], table.shape[1]);
+            let t = inp(1).numel();
+            let suffix = weight_kernel(table.dtype, dim).expect("checked at compile");
+            let (_, _, sub) = kernels::geometry(suffix);
+            let row_bytes = table.dtype.bytes_for(dim).expect("whole blocks") as u64;
+            launch(
+                be,
+                "matmul",
+                &format!("embed_{suffix}"),
+                [
+                    blocks((dim / sub) as u64, 128),
+                    u32::try_from(t).unwrap_or(u32::MAX),
+                    1,
+                ],
+                128,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    p_out(0),
+                    u32_of(dim)?,
+                    u32_of(vocab)?,
+                    Arg::U64(row_bytes),
+                ],
+            )
+        }
+        Op::MatMul => {
+            let (x, w) = (inp(0), inp(1));
+            let (n, k, m) = (x.shape[0], x.shape[1], w.shape[0]);
+            let suffix = weight_kernel(w.dtype, k).expect("checked at compile");
+            let row_bytes = w.dtype.bytes_for(k).expect("whole blocks") as u64;
+            let args = [
+                p_in(1),
+                p_in(0),
+                p_out(0),
+                u32_of(n)?,
+                u32_of(k)?,
+                u32_of(m)?,
+                Arg::U64(row_bytes),
+            ];
+            if n <= be.gemv_max_n {
+                let nt = match n {
+                    0 | 1 => 1,
+                    2 => 2,
+                    3 | 4 => 4,
+                    _ => 8,
+                };
+                launch(
+                    be,
+                    "matmul",
+                    &format!("gemv_{suffix}_{nt}"),
+                    [blocks(m as u64, 4), 1, 1],
+                    128,
+                    &args,
+                )
+            } else {
+                launch(
+                    be,
+                    "matmul",
+                    &format!("mm_{suffix}"),
+                    [blocks(m as u64, 64), blocks(n as u64, 64), 1],
+                    256,
+                    &args,
+                )
+            }
+        }
+        Op::Add | Op::SigmoidMul | Op::SwiGlu => {
+            let name = match node.op {
+                Op::Add => "add_f32",
+                Op::SigmoidMul => "sigmoid_mul",
+                _ => "swiglu",
+            };
+            let n = out(0).numel() as u64;
+            launch(
+                be,
+                "elementwise",
+                name,
+                [blocks(n, ELEM_PER_BLOCK), 1, 1],
+                256,
+                &[p_in(0), p_in(1), p_out(0), Arg::U64(n)],
+            )
+        }
+        Op::RmsNorm { eps } => {
+            let x = inp(0);
+            let d = x.last_dim();
+            launch(
+                be,
+                "norm",
+                "rms_norm",
+                [blocks(x.rows() as u64, 1), 1, 1],
+                256,
+                &[p_in(0), p_f32(1), p_out(0), u32_of(d)?, Arg::F32(*eps)],
+            )
+        }
+        Op::AddRmsNorm { eps } => {
+            let x = inp(0);
+            let d = x.last_dim();
+            launch(
+                be,
+                "norm",
+                "add_rms_norm",
+                [blocks(x.rows() as u64, 1), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    p_f32(2),
+                    p_out(0),
+                    p_out(1),
+                    u32_of(d)?,
+                    Arg::F32(*eps),
+                ],
+            )
+        }
+        Op::GatedRmsNorm { eps } => {
+            let x = inp(0);
+            let d = x.last_dim();
+            launch(
+                be,
+                "norm",
+                "gated_rms_norm",
+                [blocks((x.numel() / d) as u64, 1), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    p_f32(2),
+                    p_out(0),
+                    u32_of(d)?,
+                    Arg::F32(*eps),
+                ],
+            )
+        }
+        Op::L2Norm { eps, scale } => {
+            let x = inp(0);
+            launch(
+                be,
+                "norm",
+                "l2_norm",
+                [blocks(x.rows() as u64, 1), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_out(0),
+                    u32_of(x.last_dim())?,
+                    Arg::F32(*eps),
+                    Arg::F32(*scale),
+                ],
+            )
+        }
+        Op::ConvStep => {
+            let x = inp(0);
+            let (t, c) = (x.shape[0], x.shape[1]);
+            let k = inp(1).shape[1];
+            launch(
+                be,
+                "conv",
+                "conv_step",
+                [blocks(c as u64, 128), 1, 1],
+                128,
+                &[
+                    p_in(0),
+                    p_f32(1),
+                    p_in(2),
+                    p_out(0),
+                    u32_of(t)?,
+                    u32_of(c)?,
+                    u32_of(k)?,
+                ],
+            )
+        }
+        Op::GatedDeltaNet(p) => {
+            let t = inp(0).shape[0];
+            let (name, cols) = match p.dk {
+                64 => ("gdn_dk64", 16),
+                128 => ("gdn_dk128", 8),
+                _ => ("gdn_any", 32),
+            };
+            let q_scale = (1.0 / (p.dk as f64).sqrt()) as f32;
+            let tiled = u32::from(p.head_map == HeadMap::Tiled);
+            launch(
+                be,
+                "gdn",
+                name,
+                [
+                    u32::try_from(p.nv).unwrap_or(u32::MAX),
+                    blocks(p.dv as u64, cols),
+                    1,
+                ],
+                32,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    p_in(2),
+                    p_f32(3),
+                    p_f32(4),
+                    p_in(5),
+                    p_out(0),
+                    u32_of(t)?,
+                    u32_of(p.nk)?,
+                    u32_of(p.nv)?,
+                    u32_of(p.dk)?,
+                    u32_of(p.dv)?,
+                    Arg::U32(tiled),
+                    Arg::F32(p.l2_eps),
+                    Arg::F32(q_scale),
+                ],
+            )
+        }
+        Op::SliceLast { offset, len } => {
+            let width = inp(0).last_dim();
+            let n = out(0).numel() as u64;
+            launch(
+                be,
+                "elementwise",
+                "slice_last",
+                [blocks(n, ELEM_PER_BLOCK), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_out(0),
+                    Arg::U64(n),
+                    u32_of(width)?,
+                    u32_of(*offset)?,
+                    u32_of(*len)?,
+                ],
+            )
+        }
+        Op::Rows { start, len } => {
+            let width = inp(0).shape[1];
+            let src = env.ptr(node.inputs[0]) + (start * width * 4) as DevPtr;
+            be.drv
+                .dtod(env.ptr(node.outputs[0]), src, len * width * 4)
+                .map_err(|e| be.dev_err(e))
+        }
+        Op::Rope { rot, .. } => {
+            let x = inp(0);
+            let (h, d) = (x.shape[1], x.shape[2]);
+            let n = x.numel() as u64;
+            let freqs = env
+                .ex
+                .consts
+                .get(&index)
+                .map_or(env.ex.arena.ptr, |b| b.ptr);
+            launch(
+                be,
+                "rope",
+                "rope",
+                [blocks(n, 256), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    Arg::P(freqs),
+                    p_out(0),
+                    Arg::U64(n),
+                    u32_of(h * d)?,
+                    u32_of(d)?,
+                    u32_of(rot / 2)?,
+                ],
+            )
+        }
+        Op::Attention(p) => attention(be, env, node, p, None),
+        Op::AttentionNonCausal { attn, window } => attention(be, env, node, attn, Some(*window)),
+        Op::ArgMax => {
+            let x = inp(0);
+            launch(
+                be,
+                "select",
+                "argmax_f32",
+                [blocks(x.shape[0] as u64, 1), 1, 1],
+                256,
+                &[p_in(0), p_out(0), u32_of(x.shape[1])?],
+            )
+        }
+        Op::TopK { k } => {
+            let x = inp(0);
+            launch(
+                be,
+                "select",
+                "top_k_f32",
+                [blocks(x.shape[0] as u64, 1), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_out(0),
+                    p_out(1),
+                    u32_of(x.shape[1])?,
+                    u32_of(*k)?,
+                ],
+            )
+        }
+    }
+}
+
+/// Keys per split of the attention kernel when a query's context is split.
+const ATTN_CHUNK: usize = 256;
+const ATTN_MAX_SPLITS: usize = 64;
+
+/// `window`: `None` for causal attention, `Some(w)` for non-causal (0 = unlimited).
+fn attention(
+    be: &HipBackend,
+    env: &Env,
+    node: &Node,
+    p: &crate::graph::AttnParams,
+    window: Option<usize>,
+) -> Result<(), BackendError> {
+    let g = env.graph;
+    let ptr = |i: usize| env.ptr(node.inputs[i]);
+    let (nh, nkv, hd) = (p.n_heads, p.n_kv_heads, p.head_dim);
+    let t = g.tensor(node.inputs[0]).shape[0];
+    let cap = g.tensor(node.inputs[4]).shape[0];
+    let row = nkv * hd;
+    if t == 0 || row == 0 || nh == 0 {
+        return Ok(());
+    }
+    let u = |v: usize| Arg::U32(v as u32);
+    launch(
+        be,
+        "attention",
+        "kv_write",
+        [blocks((t * row) as u64, 256), 1, 1],
+        256,
+        &[
+            Arg::P(ptr(1)),
+            Arg::P(ptr(2)),
+            Arg::P(ptr(3)),
+            Arg::P(ptr(4)),
+            Arg::P(ptr(5)),
+            u(t),
+            u(row),
+            u(cap),
+        ],
+    )?;
+    // One past the largest position: known on the host when positions are an input.
+    let n_all = input_i32(g, env.bound, node.inputs[3])
+        .and_then(|v| v.iter().max().map(|m| (*m as usize + 1).min(cap)));
+    if window.is_some() && n_all.is_none() {
+        return Err(unsupported(
+            be,
+            &node.op,
+            "non-causal attention needs its positions as a graph input".into(),
+        ));
+    }
+    let n_all = n_all.unwrap_or(cap);
+    // Longest key range of any query.
+    let max_n = match window {
+        Some(w) if w > 0 => (2 * w + 1).min(n_all),
+        _ => n_all,
+    };
+    let sms = be.drv.multiprocessors() as usize;
+    let nsplit = if t * nh >= 4 * sms {
+        1
+    } else {
+        max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
+    };
+    let chunk = max_n.div_ceil(nsplit).max(1);
+    let hdl = match hd.div_ceil(32) {
+        0 | 1 => 1,
+        2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    };
+    let (part_o, part_ml) = if nsplit > 1 {
+        let o = t * nh * nsplit * hd;
+        let base = be.scratch((o + 2 * t * nh * nsplit) * 4)?;
+        (base, base + (o * 4) as DevPtr)
+    } else {
+        (0, 0)
+    };
+    let out = env.ptr(node.outputs[0]);
+    launch(
+        be,
+        "attention",
+        &format!("attn_hd{hdl}"),
+        [nsplit as u32, nh as u32, t as u32],
+        128,
+        &[
+            Arg::P(ptr(0)),
+            Arg::P(ptr(4)),
+            Arg::P(ptr(5)),
+            Arg::P(ptr(3)),
+            Arg::P(out),
+            Arg::P(part_o),
+            Arg::P(part_ml),
+            u(nh),
+            u(nkv),
+            u(hd),
+            Arg::F32(p.scale),
+            u(nsplit),
+            u(chunk),
+            u(cap),
+            u(usize::from(window.is_none())),
+            u(n_all),
+            u(window.unwrap_or(0)),
+        ],
+    )?;
+    if nsplit > 1 {
+        launch(
+            be,
+            "attention",
+            "attn_combine",
+            [nh as u32, t as u32, 1],
+            128,
+            &[
+                Arg::P(part_o),
+                Arg::P(part_ml),
+                Arg::P(out),
+                u(nh),
+                u(hd),
+                u(nsplit),
+            ],
+        )?;
+    }
+    Ok(())
+}

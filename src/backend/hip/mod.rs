@@ -1,0 +1,696 @@
+//! The native GPU backend: HIP-C++ kernels (`hip/*.hip`) compiled ahead of time by clang into
+//! AMD code objects and NVIDIA PTX, embedded in the binary (`build.rs`), and launched through a
+//! small run-time-loaded driver layer ([`driver`]): `libamdhip64` on AMD, `libcuda` on NVIDIA.
+//!
+//! One lowering serves both drivers ([`lower`]): every graph node becomes one or a few kernel
+//! launches on a single stream. Weights are uploaded once as their raw (quantized) bytes; small
+//! weights that an op reads as plain f32 (norm vectors, conv taps, gate constants) are
+//! dequantized on the device once and cached. States are device buffers updated in place;
+//! `compile` plans the intermediate slots with [`Plan`] into one arena per graph; `run` copies the
+//! inputs, launches every node in order, and reads back only the graph's outputs.
+//!
+//! `--backend hip` tries AMD then NVIDIA; `hip:rocm` and `hip:cuda` force one.
+
+pub mod driver;
+pub mod kernels;
+mod lower;
+
+use super::{
+    Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore,
+    WeightsId,
+};
+use crate::graph::{Graph, Op, Plan, TensorId, TensorKind};
+use crate::tensor::DType;
+use driver::{Api, DevPtr, Driver, Handle};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What `deltaspec backends` prints about this backend.
+#[derive(Clone, Debug)]
+pub struct HipReport {
+    /// The device the backend would use, or why it cannot run here.
+    pub usable: Result<String, String>,
+    /// Targets with embedded kernels (e.g. gfx1100 gfx1151 gfx1201 sm_80 sm_90).
+    pub embedded_targets: Vec<String>,
+}
+
+/// Probes the backend without keeping it.
+pub fn describe() -> HipReport {
+    HipReport {
+        usable: HipBackend::open(Which::Any).map(|b| b.name()),
+        embedded_targets: kernels::targets(),
+    }
+}
+
+/// Which driver to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    /// AMD (ROCm) if it opens, else NVIDIA (CUDA).
+    Any,
+    Rocm,
+    Cuda,
+}
+
+/// A device allocation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Buf {
+    pub ptr: DevPtr,
+    pub bytes: usize,
+}
+
+struct DevWeight {
+    dtype: DType,
+    shape: Vec<usize>,
+    buf: Buf,
+}
+
+#[derive(Default)]
+struct WeightSet {
+    tensors: HashMap<String, DevWeight>,
+    /// f32 copies of non-f32 weights read as plain values, made on first use.
+    f32_views: HashMap<String, Buf>,
+}
+
+struct StateSet {
+    decls: Vec<StateDecl>,
+    bufs: HashMap<String, Buf>,
+}
+
+struct Exec {
+    graph: Arc<Graph>,
+    plan: Plan,
+    /// One allocation holding every slot.
+    arena: Buf,
+    slot_offset: Vec<usize>,
+    /// A device buffer per graph input.
+    inputs: HashMap<TensorId, Buf>,
+    /// Per-node constant buffers (RoPE frequencies), by node index.
+    consts: HashMap<usize, Buf>,
+    /// Weights read as plain f32 values by some node (their f32 views are made before a run).
+    f32_weights: Vec<TensorId>,
+}
+
+/// The HIP/CUDA backend. Not `Send`: the driver's stream and context belong to this object.
+pub struct HipBackend {
+    label: String,
+    /// Which embedded target's objects this device loads.
+    target: String,
+    /// Loaded modules by source name; functions by kernel name.
+    modules: RefCell<HashMap<&'static str, Handle>>,
+    funcs: RefCell<HashMap<String, Handle>>,
+    weights: Vec<Option<WeightSet>>,
+    states: Vec<Option<StateSet>>,
+    execs: Vec<Exec>,
+    /// Grow-only scratch (attention split partials).
+    scratch: RefCell<Option<Buf>>,
+    poison: bool,
+    gemv_max_n: usize,
+    // Declared last: dropped after `Drop::drop` has freed every buffer through it.
+    drv: Box<dyn Driver>,
+}
+
+const ALIGN: usize = 256;
+
+fn align_up(v: usize) -> usize {
+    v.div_ceil(ALIGN) * ALIGN
+}
+
+impl HipBackend {
+    /// Opens a device and checks that its embedded kernels load, or says why it cannot.
+    pub fn open(which: Which) -> Result<HipBackend, String> {
+        if kernels::blobs().is_empty() {
+            return Err(format!(
+                "no GPU kernels are embedded in this build: {}",
+                kernels::build_error().unwrap_or("unknown reason")
+            ));
+        }
+        let apis: &[Api] = match which {
+            Which::Any => &[Api::Rocm, Api::Cuda],
+            Which::Rocm => &[Api::Rocm],
+            Which::Cuda => &[Api::Cuda],
+        };
+        let mut why = Vec::new();
+        for api in apis {
+            match driver::open(*api).and_then(HipBackend::with_driver) {
+                Ok(b) => return Ok(b),
+                Err(e) => why.push(format!("{}: {e}", api.name())),
+            }
+        }
+        Err(why.join("; "))
+    }
+
+    fn with_driver(drv: Box<dyn Driver>) -> Result<HipBackend, String> {
+        if drv.warp_size() != 32 {
+            return Err(format!(
+                "{} has warp size {}; the kernels are written for 32 lanes",
+                drv.device_name(),
+                drv.warp_size()
+            ));
+        }
+        let mut b = HipBackend {
+            label: String::new(),
+            target: String::new(),
+            modules: Default::default(),
+            funcs: Default::default(),
+            weights: Vec::new(),
+            states: Vec::new(),
+            execs: Vec::new(),
+            scratch: RefCell::new(None),
+            poison: false,
+            gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(32),
+            drv,
+        };
+        let candidates: Vec<String> = match b.drv.api() {
+            Api::Cuda => {
+                let sm = b.drv.target().unwrap_or_default();
+                let cc: u32 = sm.trim_start_matches("sm_").parse().unwrap_or(0);
+                // PTX for sm_XY JIT-compiles for any later architecture.
+                let mut ts: Vec<(u32, String)> = kernels::targets()
+                    .into_iter()
+                    .filter_map(|t| Some((t.strip_prefix("sm_")?.parse::<u32>().ok()?, t)))
+                    .filter(|(v, _)| *v <= cc)
+                    .collect();
+                ts.sort();
+                ts.into_iter().rev().map(|(_, t)| t).collect()
+            }
+            Api::Rocm => kernels::targets()
+                .into_iter()
+                .filter(|t| t.starts_with("gfx"))
+                .collect(),
+        };
+        // Probe with the smallest module; the rest load on first use.
+        let mut tried = Vec::new();
+        for t in &candidates {
+            match b.load_module_for(t, "conv") {
+                Ok(h) => {
+                    b.target = t.clone();
+                    b.modules.borrow_mut().insert("conv", h);
+                    break;
+                }
+                Err(e) => tried.push(format!("{t}: {e}")),
+            }
+        }
+        if b.target.is_empty() {
+            return Err(format!(
+                "{}: none of the embedded kernel objects loads ({})",
+                b.drv.device_name(),
+                if tried.is_empty() {
+                    format!("embedded: {}", kernels::targets().join(" "))
+                } else {
+                    tried.join("; ")
+                }
+            ));
+        }
+        b.label = format!(
+            "hip:{} ({}, {})",
+            b.drv.api().name(),
+            b.drv.device_name(),
+            b.target
+        );
+        Ok(b)
+    }
+
+    /// Fills every intermediate buffer with NaN before each run (tests: a kernel that leaves
+    /// part of its output unwritten then shows up as NaN).
+    pub fn set_poison(&mut self, on: bool) {
+        self.poison = on;
+    }
+
+    /// Largest row count that uses the GEMV path (more rows use the tiled kernel).
+    pub fn set_gemv_max_n(&mut self, n: usize) {
+        self.gemv_max_n = n;
+    }
+
+    fn load_module_for(&self, target: &str, source: &str) -> Result<Handle, String> {
+        let blob = kernels::blobs()
+            .iter()
+            .find(|b| b.target == target && b.source == source)
+            .ok_or_else(|| format!("no {source} kernels embedded for {target}"))?;
+        if target.starts_with("sm_") {
+            let mut text = blob.bytes.to_vec();
+            text.push(0);
+            self.drv.load_module(&text)
+        } else {
+            self.drv.load_module(blob.bytes)
+        }
+    }
+
+    fn dev_err(&self, msg: impl Into<String>) -> BackendError {
+        BackendError::Device {
+            backend: self.label.clone(),
+            msg: msg.into(),
+        }
+    }
+
+    fn bad_handle(&self, what: String) -> BackendError {
+        BackendError::BadHandle {
+            backend: self.label.clone(),
+            what,
+        }
+    }
+
+    /// The kernel `name` from `hip/<source>.hip`, loading the module on first use.
+    pub(crate) fn func(&self, source: &'static str, name: &str) -> Result<Handle, BackendError> {
+        if let Some(f) = self.funcs.borrow().get(name) {
+            return Ok(*f);
+        }
+        let module = match self.modules.borrow().get(source) {
+            Some(m) => *m,
+            None => {
+                let m = self
+                    .load_module_for(&self.target, source)
+                    .map_err(|e| self.dev_err(e))?;
+                self.modules.borrow_mut().insert(source, m);
+                m
+            }
+        };
+        let f = self
+            .drv
+            .function(module, name)
+            .map_err(|e| self.dev_err(e))?;
+        self.funcs.borrow_mut().insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<Buf, BackendError> {
+        let ptr = self.drv.alloc(bytes.max(4)).map_err(|e| self.dev_err(e))?;
+        Ok(Buf { ptr, bytes })
+    }
+
+    fn free(&self, b: Buf) {
+        // Freeing can only fail for a pointer the driver does not know, which would be a bug
+        // here; there is nothing useful to do about it at release time.
+        let _ = self.drv.free(b.ptr);
+    }
+
+    /// A scratch buffer of at least `bytes` (valid until the next call).
+    pub(crate) fn scratch(&self, bytes: usize) -> Result<DevPtr, BackendError> {
+        let mut s = self.scratch.borrow_mut();
+        if let Some(b) = *s {
+            if b.bytes >= bytes {
+                return Ok(b.ptr);
+            }
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            self.free(b);
+            *s = None;
+        }
+        let b = self.alloc(bytes)?;
+        *s = Some(b);
+        Ok(b.ptr)
+    }
+
+    fn state_set(&self, id: StatesId) -> Result<&StateSet, BackendError> {
+        self.states
+            .get(id.0 as usize)
+            .and_then(|s| s.as_ref())
+            .ok_or_else(|| self.bad_handle(format!("states {}", id.0)))
+    }
+
+    fn state_buf(&self, id: StatesId, name: &str) -> Result<(Buf, usize), BackendError> {
+        let set = self.state_set(id)?;
+        let b = set
+            .bufs
+            .get(name)
+            .ok_or_else(|| BackendError::MissingState {
+                backend: self.label.clone(),
+                name: name.into(),
+            })?;
+        Ok((*b, b.bytes / 4))
+    }
+
+    /// Makes the f32 view of every weight `exe` reads as plain values.
+    fn prepare_f32_views(&mut self, exe: usize, weights: WeightsId) -> Result<(), BackendError> {
+        let wi = weights.0 as usize;
+        let ids = self.execs[exe].f32_weights.clone();
+        let graph = self.execs[exe].graph.clone();
+        for id in ids {
+            let name = &graph.tensor(id).name;
+            let ws = self.weights[wi].as_ref().expect("checked by the caller");
+            if ws.f32_views.contains_key(name) {
+                continue;
+            }
+            let w = &ws.tensors[name];
+            let n: usize = w.shape.iter().product();
+            let suffix = kernels::weight_kernel(w.dtype, *w.shape.last().unwrap_or(&1))
+                .ok_or_else(|| BackendError::Unsupported {
+                    backend: self.label.clone(),
+                    op: "dequant".into(),
+                    msg: format!("weight {name} has type {}", w.dtype),
+                })?;
+            let src = w.buf.ptr;
+            let out = self.alloc(n * 4)?;
+            let (_, _, sub) = kernels::geometry(suffix);
+            let items = (n / sub) as u64;
+            lower::launch(
+                self,
+                "matmul",
+                &format!("dequant_{suffix}"),
+                [items.div_ceil(128) as u32, 1, 1],
+                128,
+                &[
+                    lower::Arg::P(src),
+                    lower::Arg::P(out.ptr),
+                    lower::Arg::U64(items),
+                ],
+            )?;
+            self.weights[wi]
+                .as_mut()
+                .expect("checked by the caller")
+                .f32_views
+                .insert(name.clone(), out);
+        }
+        Ok(())
+    }
+}
+
+/// Op input positions read as plain f32 values (a weight there is dequantized once).
+fn f32_weight_positions(op: &Op) -> &'static [usize] {
+    match op {
+        Op::RmsNorm { .. } | Op::ConvStep => &[1],
+        Op::AddRmsNorm { .. } | Op::GatedRmsNorm { .. } => &[2],
+        Op::GatedDeltaNet(_) => &[3, 4],
+        _ => &[],
+    }
+}
+
+impl Backend for HipBackend {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {
+        let mut set = WeightSet::default();
+        for (name, t) in &weights.tensors {
+            let bytes = t.bytes();
+            let buf = match self.alloc(bytes.len()) {
+                Ok(b) => b,
+                Err(e) => {
+                    for w in set.tensors.values() {
+                        self.free(w.buf);
+                    }
+                    return Err(e);
+                }
+            };
+            set.tensors.insert(
+                name.clone(),
+                DevWeight {
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    buf,
+                },
+            );
+            self.drv
+                .htod(buf.ptr, bytes)
+                .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
+        }
+        self.weights.push(Some(set));
+        Ok(WeightsId(self.weights.len() as u32 - 1))
+    }
+
+    fn alloc_states(&mut self, decls: &[StateDecl]) -> Result<StatesId, BackendError> {
+        let mut bufs: HashMap<String, Buf> = HashMap::new();
+        for d in decls {
+            if bufs.contains_key(&d.name) {
+                for b in bufs.values() {
+                    self.free(*b);
+                }
+                return Err(self.dev_err(format!("state {} declared twice", d.name)));
+            }
+            let b = self.alloc(d.numel() * 4)?;
+            self.drv
+                .memset(b.ptr, 0, d.numel() * 4)
+                .map_err(|e| self.dev_err(e))?;
+            bufs.insert(d.name.clone(), b);
+        }
+        self.drv.sync().map_err(|e| self.dev_err(e))?;
+        self.states.push(Some(StateSet {
+            decls: decls.to_vec(),
+            bufs,
+        }));
+        Ok(StatesId(self.states.len() as u32 - 1))
+    }
+
+    fn free_states(&mut self, states: StatesId) -> Result<(), BackendError> {
+        let slot =
+            self.states
+                .get_mut(states.0 as usize)
+                .ok_or_else(|| BackendError::BadHandle {
+                    backend: self.label.clone(),
+                    what: format!("states {}", states.0),
+                })?;
+        if let Some(set) = slot.take() {
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            for b in set.bufs.values() {
+                self.free(*b);
+            }
+        }
+        Ok(())
+    }
+
+    fn read_state(&mut self, states: StatesId, name: &str) -> Result<Vec<f32>, BackendError> {
+        let (b, n) = self.state_buf(states, name)?;
+        let mut out = vec![0f32; n];
+        self.drv
+            .dtoh(bytemuck::cast_slice_mut(&mut out), b.ptr)
+            .map_err(|e| self.dev_err(e))?;
+        Ok(out)
+    }
+
+    fn write_state(
+        &mut self,
+        states: StatesId,
+        name: &str,
+        data: &[f32],
+    ) -> Result<(), BackendError> {
+        let (b, n) = self.state_buf(states, name)?;
+        if n != data.len() {
+            return Err(BackendError::BadInput {
+                backend: self.label.clone(),
+                name: name.into(),
+                msg: format!("state holds {n} values, got {}", data.len()),
+            });
+        }
+        self.drv
+            .htod(b.ptr, bytemuck::cast_slice(data))
+            .map_err(|e| self.dev_err(e))
+    }
+
+    fn copy_states(&mut self, src: StatesId, dst: StatesId) -> Result<(), BackendError> {
+        let s = self.state_set(src)?;
+        let d = self.state_set(dst)?;
+        if s.decls != d.decls {
+            return Err(self.dev_err("copy_states between state sets of different layouts"));
+        }
+        for decl in &s.decls {
+            let (from, to) = (s.bufs[&decl.name], d.bufs[&decl.name]);
+            self.drv
+                .dtod(to.ptr, from.ptr, from.bytes)
+                .map_err(|e| self.dev_err(e))?;
+        }
+        self.drv.sync().map_err(|e| self.dev_err(e))
+    }
+
+    fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
+        graph.validate()?;
+        lower::check_supported(self, graph)?;
+        let plan = Plan::new(graph);
+        let mut slot_offset = Vec::with_capacity(plan.slot_bytes.len());
+        let mut total = 0usize;
+        for b in &plan.slot_bytes {
+            slot_offset.push(total);
+            total += align_up(*b);
+        }
+        let arena = self.alloc(total.max(ALIGN))?;
+        let mut inputs = HashMap::new();
+        for id in graph.inputs() {
+            inputs.insert(id, self.alloc(graph.tensor(id).numel() * 4)?);
+        }
+        let mut consts = HashMap::new();
+        let mut f32_weights = Vec::new();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            if let Op::Rope { rot, theta } = node.op {
+                // The CPU reference's `inv_freq`, bit for bit.
+                let f: Vec<f32> = (0..rot / 2)
+                    .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
+                    .collect();
+                let b = self.alloc(f.len() * 4)?;
+                self.drv
+                    .htod(b.ptr, bytemuck::cast_slice(&f))
+                    .map_err(|e| self.dev_err(e))?;
+                consts.insert(i, b);
+            }
+            for &p in f32_weight_positions(&node.op) {
+                let id = node.inputs[p];
+                let t = graph.tensor(id);
+                if t.kind == TensorKind::Weight
+                    && t.dtype != DType::F32
+                    && !f32_weights.contains(&id)
+                {
+                    f32_weights.push(id);
+                }
+            }
+        }
+        self.execs.push(Exec {
+            graph: Arc::new(graph.clone()),
+            plan,
+            arena,
+            slot_offset,
+            inputs,
+            consts,
+            f32_weights,
+        });
+        Ok(ExecId(self.execs.len() as u32 - 1))
+    }
+
+    fn run(
+        &mut self,
+        exe: ExecId,
+        weights: WeightsId,
+        states: StatesId,
+        inputs: &[(&str, HostData)],
+    ) -> Result<Vec<(String, HostTensor)>, BackendError> {
+        let ei = exe.0 as usize;
+        if ei >= self.execs.len() {
+            return Err(self.bad_handle(format!("exec {}", exe.0)));
+        }
+        if self
+            .weights
+            .get(weights.0 as usize)
+            .and_then(|w| w.as_ref())
+            .is_none()
+        {
+            return Err(self.bad_handle(format!("weights {}", weights.0)));
+        }
+        self.state_set(states)?;
+        let graph = self.execs[ei].graph.clone();
+        let bound = lower::bind_inputs(self, &graph, inputs)?;
+        lower::check_weights(
+            self,
+            &graph,
+            &self.weights[weights.0 as usize]
+                .as_ref()
+                .expect("checked")
+                .tensors,
+        )?;
+        lower::check_states(self, &graph, self.state_set(states)?)?;
+        lower::check_data(self, &graph, &bound)?;
+        self.prepare_f32_views(ei, weights)?;
+
+        let ex = &self.execs[ei];
+        for (id, data) in &bound {
+            let bytes: &[u8] = match data {
+                HostData::F32(v) => bytemuck::cast_slice(v),
+                HostData::I32(v) => bytemuck::cast_slice(v),
+            };
+            self.drv
+                .htod(ex.inputs[id].ptr, bytes)
+                .map_err(|e| self.dev_err(e))?;
+        }
+        if self.poison {
+            self.drv
+                .memset(ex.arena.ptr, 0xff, ex.arena.bytes)
+                .map_err(|e| self.dev_err(e))?;
+        }
+        let ws = self.weights[weights.0 as usize].as_ref().expect("checked");
+        let ss = self.state_set(states)?;
+        let env = lower::Env {
+            graph: &graph,
+            ex,
+            ws,
+            ss,
+            bound: &bound,
+        };
+        for (i, node) in graph.nodes.iter().enumerate() {
+            lower::node(self, &env, i, node)?;
+        }
+
+        let mut outs = Vec::with_capacity(graph.outputs.len());
+        for (name, id) in &graph.outputs {
+            let t = graph.tensor(*id);
+            let root = graph.storage_root(*id);
+            let nbytes = t.bytes();
+            let data: Vec<u8> = match graph.tensor(root).kind {
+                TensorKind::Input => match bound[&root] {
+                    HostData::F32(v) => bytemuck::cast_slice(v).to_vec(),
+                    HostData::I32(v) => bytemuck::cast_slice(v).to_vec(),
+                },
+                _ => {
+                    let mut v = vec![0u8; nbytes];
+                    self.drv
+                        .dtoh(&mut v, env.ptr(*id))
+                        .map_err(|e| self.dev_err(e))?;
+                    v
+                }
+            };
+            outs.push((
+                name.clone(),
+                HostTensor::from_bytes(t.dtype, &t.shape, data),
+            ));
+        }
+        // Surfaces launch failures even for graphs without device-resident outputs.
+        self.drv.sync().map_err(|e| self.dev_err(e))?;
+        Ok(outs)
+    }
+
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<f64, BackendError> {
+        let n = align_up(bytes.max(1 << 20));
+        let a = self.alloc(n)?;
+        let b = match self.alloc(n) {
+            Ok(b) => b,
+            Err(e) => {
+                self.free(a);
+                return Err(e);
+            }
+        };
+        let result = (|| -> Result<f64, String> {
+            self.drv.memset(a.ptr, 1, n)?;
+            self.drv.dtod(b.ptr, a.ptr, n)?; // warm-up
+            let (e0, e1) = (self.drv.event_create()?, self.drv.event_create()?);
+            let mut best = f64::MAX;
+            const REPS: usize = 5;
+            for _ in 0..3 {
+                self.drv.event_record(e0)?;
+                for _ in 0..REPS {
+                    self.drv.dtod(b.ptr, a.ptr, n)?;
+                }
+                self.drv.event_record(e1)?;
+                let ms = self.drv.event_elapsed_ms(e0, e1)? as f64;
+                best = best.min(ms / 1e3 / REPS as f64);
+            }
+            self.drv.event_destroy(e0)?;
+            self.drv.event_destroy(e1)?;
+            Ok(2.0 * n as f64 / best)
+        })();
+        let _ = self.drv.sync();
+        self.free(a);
+        self.free(b);
+        result.map_err(|e| self.dev_err(e))
+    }
+}
+
+impl Drop for HipBackend {
+    fn drop(&mut self) {
+        let _ = self.drv.sync();
+        let mut bufs: Vec<Buf> = Vec::new();
+        for set in self.weights.iter().flatten() {
+            bufs.extend(set.tensors.values().map(|w| w.buf));
+            bufs.extend(set.f32_views.values().copied());
+        }
+        for set in self.states.iter().flatten() {
+            bufs.extend(set.bufs.values().copied());
+        }
+        for ex in &self.execs {
+            bufs.push(ex.arena);
+            bufs.extend(ex.inputs.values().copied());
+            bufs.extend(ex.consts.values().copied());
+        }
+        bufs.extend(self.scratch.borrow().iter().copied());
+        for b in bufs {
+            self.free(b);
+        }
+    }
+}
