@@ -8,6 +8,8 @@
 //! - [`backend`]: lowerings of a graph; the CPU backend is the oracle for the GPU ones.
 //! - [`model`]: graph builders for the target model (and, later, the drafters).
 //! - [`state`]: per-sequence KV cache, DeltaNet recurrent and conv state.
+//! - [`spec`]: speculative decoding (drafter interface, chain rounds, exact rollback).
+//! - [`sched`]: the adaptive speculation policy.
 //! - [`tokenizer`]: BPE tokenizers from GGUF metadata or `tokenizer.json`.
 //! - [`cli`]: the `deltaspec` command.
 
@@ -17,6 +19,8 @@ pub mod error;
 pub mod gguf;
 pub mod graph;
 pub mod model;
+pub mod sched;
+pub mod spec;
 pub mod state;
 pub mod tensor;
 pub mod tokenizer;

@@ -78,6 +78,25 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// Copies the current state into an existing snapshot of this session, reusing its
+    /// buffers (the speculative loop snapshots before every verify).
+    pub fn snapshot_into(&mut self, snap: &mut Snapshot) -> Result<(), ModelError> {
+        self.backend.copy_states(self.states, snap.states)?;
+        snap.pos = self.pos;
+        Ok(())
+    }
+
+    /// The model this session runs.
+    pub fn model(&self) -> &'a Qwen35 {
+        self.model
+    }
+
+    /// The handle of the target's uploaded weight set (a drafter sharing the target's
+    /// backend may bind it).
+    pub fn weights_id(&self) -> WeightsId {
+        self.weights
+    }
+
     /// Frees a snapshot's buffers.
     pub fn release(&mut self, snap: Snapshot) -> Result<(), ModelError> {
         Ok(snap.release(self.backend)?)

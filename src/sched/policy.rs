@@ -1,0 +1,406 @@
+//! The single-request adaptive speculation policy (Lucebox `Qwen35AdaptiveSpecPolicy`, from
+//! its PR text; speculation.md §4).
+//!
+//! A spec step yields `1 + a` tokens (a accepted drafts + the bonus) in `r` times the time of
+//! a plain step, so it pays when `a > r − 1`. The policy keeps an EMA of `a` and compares it
+//! with `a_min = margin · (r − 1)` (margin 0.8), where `r` comes from live EMAs of the measured
+//! spec-step and plain-step wall times (1.9 until both are measured), or from a fixed value.
+//!
+//! Below break-even it runs a burst of `ar_burst` (40) plain steps: those still capture target
+//! features so the drafter's context stays valid. Then it probes with one spec step, whose
+//! acceptance enters the EMA with the fast alpha 0.5, so a return to predictable text turns
+//! speculation back on at once; if the EMA is still low, another burst follows.
+//!
+//! The base EMA alpha of the original is unknown (§4); ours is 0.3, like its other knobs a
+//! [`PolicyConfig`] field and a CLI option.
+
+/// Where the spec/plain step time ratio comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ratio {
+    /// Live EMAs of measured step times; `initial` until both kinds have been measured.
+    Live { initial: f64 },
+    /// A fixed ratio (Lucebox `DFLASH_QWEN35_SPEC_STEP_RATIO`, 1.7 in its first form).
+    Fixed(f64),
+    /// No policy: always speculate (ratio 0). Use it when judging a drafter's quality, since
+    /// the policy masks a broken drafter by falling back to plain decoding.
+    Disabled,
+}
+
+impl Ratio {
+    /// `live`, `0` / `off` (disabled) or a fixed number.
+    pub fn parse(s: &str) -> Result<Ratio, String> {
+        match s {
+            "live" => Ok(Ratio::Live { initial: 1.9 }),
+            "off" => Ok(Ratio::Disabled),
+            _ => match s.parse::<f64>() {
+                Ok(r) if r == 0.0 => Ok(Ratio::Disabled),
+                Ok(r) if r.is_finite() && r > 0.0 => Ok(Ratio::Fixed(r)),
+                _ => Err(format!(
+                    "bad spec-step ratio '{s}' (live, 0 to disable, or a positive number)"
+                )),
+            },
+        }
+    }
+}
+
+/// Every knob of the policy, with the seed's defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyConfig {
+    pub ratio: Ratio,
+    /// `a_min = margin · (r − 1)`.
+    pub margin: f64,
+    /// EMA alpha for accepted drafts per spec step (base; the seed's value is unknown).
+    pub accept_alpha: f64,
+    /// EMA alpha of the first spec step after a burst (the probe): fast exit from plain mode.
+    pub probe_alpha: f64,
+    /// EMA alpha of the step-time measurements.
+    pub time_alpha: f64,
+    /// Plain steps per burst.
+    pub ar_burst: usize,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            ratio: Ratio::Live { initial: 1.9 },
+            margin: 0.8,
+            accept_alpha: 0.3,
+            probe_alpha: 0.5,
+            time_alpha: 0.2,
+            ar_burst: 40,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Spec,
+    Plain,
+}
+
+/// Why a decision was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The policy is disabled (ratio 0): always speculate.
+    Disabled,
+    /// No acceptance measured yet: speculate to find out.
+    Start,
+    /// The acceptance EMA is at or above break-even.
+    AboveBreakEven,
+    /// Inside a plain burst (`left` steps remain after this one).
+    Burst { left: usize },
+    /// The first spec step after a burst.
+    Probe,
+}
+
+/// One decision and the numbers behind it, for the per-step log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyEvent {
+    pub step: usize,
+    pub decision: Decision,
+    pub reason: Reason,
+    /// Acceptance EMA when deciding (None before the first spec step).
+    pub accept_ema: Option<f64>,
+    pub ratio: f64,
+    pub a_min: f64,
+}
+
+impl std::fmt::Display for PolicyEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = match self.decision {
+            Decision::Spec => "spec",
+            Decision::Plain => "plain",
+        };
+        let r = match self.reason {
+            Reason::Disabled => "policy off".to_string(),
+            Reason::Start => "start".to_string(),
+            Reason::AboveBreakEven => "above break-even".to_string(),
+            Reason::Burst { left } => format!("burst, {left} left"),
+            Reason::Probe => "probe".to_string(),
+        };
+        let ema = self
+            .accept_ema
+            .map_or_else(|| "-".to_string(), |e| format!("{e:.3}"));
+        write!(
+            f,
+            "[policy] step {} {d} ({r}) ema {ema} r {:.3} a_min {:.3}",
+            self.step, self.ratio, self.a_min
+        )
+    }
+}
+
+fn ema(old: Option<f64>, x: f64, alpha: f64) -> f64 {
+    match old {
+        None => x,
+        Some(e) => e + alpha * (x - e),
+    }
+}
+
+/// The policy's state for one request. Per step: [`AdaptivePolicy::decide`], run the step,
+/// then [`AdaptivePolicy::observe_spec`] or [`AdaptivePolicy::observe_plain`].
+#[derive(Clone, Debug)]
+pub struct AdaptivePolicy {
+    cfg: PolicyConfig,
+    accept: Option<f64>,
+    spec_time: Option<f64>,
+    plain_time: Option<f64>,
+    burst_left: usize,
+    /// The next spec step is the probe after a burst.
+    probing: bool,
+    step: usize,
+}
+
+impl AdaptivePolicy {
+    pub fn new(cfg: PolicyConfig) -> AdaptivePolicy {
+        AdaptivePolicy {
+            cfg,
+            accept: None,
+            spec_time: None,
+            plain_time: None,
+            burst_left: 0,
+            probing: false,
+            step: 0,
+        }
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.cfg
+    }
+
+    /// The spec-step / plain-step time ratio in use.
+    pub fn ratio(&self) -> f64 {
+        match self.cfg.ratio {
+            Ratio::Disabled => 0.0,
+            Ratio::Fixed(r) => r,
+            Ratio::Live { initial } => match (self.spec_time, self.plain_time) {
+                (Some(s), Some(p)) if p > 0.0 => s / p,
+                _ => initial,
+            },
+        }
+    }
+
+    /// Break-even acceptance: `margin · (r − 1)`.
+    pub fn a_min(&self) -> f64 {
+        self.cfg.margin * (self.ratio() - 1.0)
+    }
+
+    pub fn accept_ema(&self) -> Option<f64> {
+        self.accept
+    }
+
+    /// Measured step-time EMAs `(spec, plain)` in seconds.
+    pub fn step_times(&self) -> (Option<f64>, Option<f64>) {
+        (self.spec_time, self.plain_time)
+    }
+
+    /// What to run next.
+    pub fn decide(&mut self) -> PolicyEvent {
+        let (decision, reason) = if self.cfg.ratio == Ratio::Disabled {
+            (Decision::Spec, Reason::Disabled)
+        } else if self.burst_left > 0 {
+            self.burst_left -= 1;
+            if self.burst_left == 0 {
+                self.probing = true;
+            }
+            (
+                Decision::Plain,
+                Reason::Burst {
+                    left: self.burst_left,
+                },
+            )
+        } else if self.probing {
+            (Decision::Spec, Reason::Probe)
+        } else if self.accept.is_none() {
+            (Decision::Spec, Reason::Start)
+        } else {
+            (Decision::Spec, Reason::AboveBreakEven)
+        };
+        let ev = PolicyEvent {
+            step: self.step,
+            decision,
+            reason,
+            accept_ema: self.accept,
+            ratio: self.ratio(),
+            a_min: self.a_min(),
+        };
+        self.step += 1;
+        ev
+    }
+
+    /// A spec step accepted `accepted` drafts in `secs` (the whole step: draft, verify,
+    /// rollback). Starts a burst when the EMA falls below break-even.
+    pub fn observe_spec(&mut self, accepted: usize, secs: f64) {
+        self.spec_time = Some(ema(self.spec_time, secs, self.cfg.time_alpha));
+        let alpha = if self.probing {
+            self.cfg.probe_alpha
+        } else {
+            self.cfg.accept_alpha
+        };
+        self.probing = false;
+        self.accept = Some(ema(self.accept, accepted as f64, alpha));
+        if self.cfg.ratio != Ratio::Disabled
+            && self.accept.unwrap() < self.a_min()
+            && self.cfg.ar_burst > 0
+        {
+            self.burst_left = self.cfg.ar_burst;
+        }
+    }
+
+    /// A plain step (one token, features captured) took `secs`.
+    pub fn observe_plain(&mut self, secs: f64) {
+        self.plain_time = Some(ema(self.plain_time, secs, self.cfg.time_alpha));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `n` steps with fixed timings and acceptance; returns the decisions.
+    fn drive(
+        p: &mut AdaptivePolicy,
+        n: usize,
+        spec_s: f64,
+        plain_s: f64,
+        acc: usize,
+    ) -> Vec<Decision> {
+        (0..n)
+            .map(|_| {
+                let ev = p.decide();
+                match ev.decision {
+                    Decision::Spec => p.observe_spec(acc, spec_s),
+                    Decision::Plain => p.observe_plain(plain_s),
+                }
+                ev.decision
+            })
+            .collect()
+    }
+
+    #[test]
+    fn break_even_uses_initial_ratio_until_both_times_are_measured() {
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        assert!((p.a_min() - 0.72).abs() < 1e-12);
+        p.decide();
+        p.observe_spec(3, 0.018);
+        assert!(
+            (p.ratio() - 1.9).abs() < 1e-12,
+            "plain time not measured yet"
+        );
+        p.observe_plain(0.010);
+        assert!((p.ratio() - 1.8).abs() < 1e-9);
+        assert!((p.a_min() - 0.64).abs() < 1e-9);
+    }
+
+    #[test]
+    fn stays_on_while_acceptance_pays() {
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let d = drive(&mut p, 100, 0.018, 0.010, 2);
+        assert!(d.iter().all(|&x| x == Decision::Spec));
+        assert_eq!(p.accept_ema(), Some(2.0));
+    }
+
+    #[test]
+    fn turns_off_below_break_even_probes_after_burst_and_recovers() {
+        let cfg = PolicyConfig::default();
+        let burst = cfg.ar_burst;
+        let mut p = AdaptivePolicy::new(cfg);
+        // Acceptance 0 is below any break-even with r > 1: the first spec step starts a burst.
+        let ev = p.decide();
+        assert_eq!((ev.decision, ev.reason), (Decision::Spec, Reason::Start));
+        p.observe_spec(0, 0.018);
+        for i in 0..burst {
+            let ev = p.decide();
+            assert_eq!(ev.decision, Decision::Plain, "burst step {i}");
+            assert_eq!(
+                ev.reason,
+                Reason::Burst {
+                    left: burst - 1 - i
+                }
+            );
+            p.observe_plain(0.010);
+        }
+        // Probe: still bad, so a second burst.
+        let ev = p.decide();
+        assert_eq!((ev.decision, ev.reason), (Decision::Spec, Reason::Probe));
+        assert!((ev.ratio - 1.8).abs() < 1e-9, "live ratio after a burst");
+        p.observe_spec(0, 0.018);
+        let d = drive(&mut p, burst, 0.018, 0.010, 0);
+        assert!(d.iter().all(|&x| x == Decision::Plain));
+        // The text becomes predictable: one probe with 2 accepted lifts the EMA (alpha 0.5)
+        // from 0 to 1.0 > 0.64 and speculation stays on.
+        let ev = p.decide();
+        assert_eq!(ev.reason, Reason::Probe);
+        p.observe_spec(2, 0.018);
+        assert_eq!(p.accept_ema(), Some(1.0));
+        let d = drive(&mut p, 20, 0.018, 0.010, 2);
+        assert!(d.iter().all(|&x| x == Decision::Spec));
+        assert_eq!(p.decide().reason, Reason::AboveBreakEven);
+    }
+
+    #[test]
+    fn slow_decay_with_base_alpha_then_burst() {
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        // Establish both timings: r = 2.0, a_min = 0.8.
+        drive(&mut p, 1, 0.020, 0.010, 3);
+        p.observe_plain(0.010);
+        assert!((p.a_min() - 0.8).abs() < 1e-9);
+        // EMA from 3 with alpha 0.3 toward 0: 2.1, 1.47, 1.029, 0.72 → below 0.8 at the 4th.
+        let d = drive(&mut p, 5, 0.020, 0.010, 0);
+        assert_eq!(
+            d,
+            vec![
+                Decision::Spec,
+                Decision::Spec,
+                Decision::Spec,
+                Decision::Spec,
+                Decision::Plain
+            ]
+        );
+    }
+
+    #[test]
+    fn fixed_and_disabled_ratios() {
+        let mut p = AdaptivePolicy::new(PolicyConfig {
+            ratio: Ratio::Fixed(1.7),
+            ..Default::default()
+        });
+        p.observe_plain(1.0);
+        p.observe_spec(1, 100.0);
+        assert!((p.ratio() - 1.7).abs() < 1e-12);
+        assert!((p.a_min() - 0.56).abs() < 1e-9);
+        assert_eq!(p.decide().decision, Decision::Spec, "1 > 0.56");
+
+        let mut p = AdaptivePolicy::new(PolicyConfig {
+            ratio: Ratio::Disabled,
+            ..Default::default()
+        });
+        let d = drive(&mut p, 50, 0.1, 0.01, 0);
+        assert!(d.iter().all(|&x| x == Decision::Spec));
+        assert_eq!(Ratio::parse("0").unwrap(), Ratio::Disabled);
+        assert_eq!(Ratio::parse("1.7").unwrap(), Ratio::Fixed(1.7));
+        assert!(Ratio::parse("-1").is_err());
+    }
+
+    #[test]
+    fn burst_length_is_configurable_and_logged() {
+        let mut p = AdaptivePolicy::new(PolicyConfig {
+            ar_burst: 3,
+            ..Default::default()
+        });
+        p.decide();
+        p.observe_spec(0, 0.02);
+        let evs: Vec<String> = (0..4)
+            .map(|_| {
+                let e = p.decide();
+                match e.decision {
+                    Decision::Spec => p.observe_spec(0, 0.02),
+                    Decision::Plain => p.observe_plain(0.01),
+                }
+                e.to_string()
+            })
+            .collect();
+        assert!(evs[0].contains("plain (burst, 2 left)"), "{}", evs[0]);
+        assert!(evs[2].contains("plain (burst, 0 left)"), "{}", evs[2]);
+        assert!(evs[3].contains("spec (probe)"), "{}", evs[3]);
+    }
+}

@@ -1,0 +1,239 @@
+//! One chain round (speculation.md §1) and the rollback of the hybrid state (§2).
+//!
+//! ```text
+//! root = last emitted token (the previous bonus), not yet processed by the target
+//! d_1 … d_n       = drafter proposals                      (n ≤ max; v_len = n + 1)
+//! t_0 … t_n       = argmax of the target over [root, d_1 … d_n]   (ONE forward, all rows)
+//! a               = longest prefix with d_{i+1} == t_i
+//! emit              d_1 … d_a, then the bonus t_a
+//! commit            a + 1 rows of target state (root + accepted drafts); roll back the rest
+//! drafter context += the features of those a + 1 rows
+//! ```
+//!
+//! Attention KV rows past the committed position are never read, so rolling attention back is
+//! only moving the position. DeltaNet conv and recurrent state are overwritten in place by
+//! verify, so they need one of the [`RollbackMode`]s.
+
+use super::{Drafter, Features, SpecError, env};
+use crate::model::Session;
+use crate::model::qwen35::{GraphOptions, LogitRows};
+use crate::state::Snapshot;
+use std::time::Instant;
+
+/// How the state is brought back to "after root + accepted drafts" when verify rejected some.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RollbackMode {
+    /// Copy the whole state before verify; on a partial accept restore the copy and replay the
+    /// accepted rows through the target (one extra forward of a + 1 rows). Exact, simple,
+    /// works on every backend; costs a state copy per round. A full accept needs nothing.
+    #[default]
+    SnapshotReplay,
+    /// The verify forward writes the per-token intermediate DeltaNet states and conv inputs;
+    /// rollback copies row `a` back (Lucebox `rollback_to`). Needs GDN/conv ops that emit
+    /// per-token states, which the graph IR does not have yet.
+    PerTokenStates,
+}
+
+impl RollbackMode {
+    pub fn parse(s: &str) -> Result<RollbackMode, SpecError> {
+        match s {
+            "snapshot" | "snapshot-replay" | "replay" => Ok(RollbackMode::SnapshotReplay),
+            "per-token" | "per-token-states" => Ok(RollbackMode::PerTokenStates),
+            other => Err(SpecError::Invalid(format!(
+                "unknown rollback mode '{other}' (known: snapshot, per-token)"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RollbackMode::SnapshotReplay => "snapshot",
+            RollbackMode::PerTokenStates => "per-token",
+        }
+    }
+}
+
+/// The rollback strategy of one sequence, with the buffers it reuses across rounds.
+/// Call [`Rollback::release`] when the sequence ends.
+pub struct Rollback {
+    mode: RollbackMode,
+    snap: Option<Snapshot>,
+}
+
+impl Rollback {
+    pub fn new(mode: RollbackMode) -> Result<Rollback, SpecError> {
+        if mode == RollbackMode::PerTokenStates {
+            return Err(SpecError::Unsupported(
+                "per-token-state rollback needs DeltaNet/conv ops that write per-token states \
+                 (not in the graph IR yet); use the snapshot rollback"
+                    .into(),
+            ));
+        }
+        Ok(Rollback { mode, snap: None })
+    }
+
+    pub fn mode(&self) -> RollbackMode {
+        self.mode
+    }
+
+    /// Called right before the verify forward.
+    fn before_verify(&mut self, s: &mut Session<'_>) -> Result<(), SpecError> {
+        match self.mode {
+            RollbackMode::SnapshotReplay => match &mut self.snap {
+                Some(snap) => s.snapshot_into(snap)?,
+                None => self.snap = Some(s.snapshot()?),
+            },
+            RollbackMode::PerTokenStates => unreachable!("refused in Rollback::new"),
+        }
+        Ok(())
+    }
+
+    /// Brings the state to `base + keep.len()` after a verify that went further: `keep` are
+    /// the rows to keep (root + accepted drafts), `base` the position before verify.
+    fn rollback(
+        &mut self,
+        s: &mut Session<'_>,
+        base: usize,
+        keep: &[u32],
+    ) -> Result<(), SpecError> {
+        match self.mode {
+            RollbackMode::SnapshotReplay => {
+                let snap = self.snap.as_ref().expect("snapshot taken before verify");
+                debug_assert_eq!(snap.pos, base);
+                s.restore(snap)?;
+                // The replay's outputs are not needed: the verify rows already gave the
+                // logits and features of these positions (causal attention, same prefix).
+                let opts = GraphOptions {
+                    logits: LogitRows::Last,
+                    argmax: false,
+                    capture: Vec::new(),
+                };
+                s.forward(keep, &opts)?;
+            }
+            RollbackMode::PerTokenStates => unreachable!("refused in Rollback::new"),
+        }
+        debug_assert_eq!(s.pos(), base + keep.len());
+        Ok(())
+    }
+
+    /// Frees the reusable buffers.
+    pub fn release(self, s: &mut Session<'_>) -> Result<(), SpecError> {
+        if let Some(snap) = self.snap {
+            s.release(snap)?;
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of one chain round.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChainRound {
+    /// Drafts verified (v_len − 1).
+    pub drafted: usize,
+    /// Drafts accepted (a).
+    pub accepted: usize,
+    /// The accepted drafts then the bonus token (a + 1 tokens); the bonus is the next root.
+    pub emitted: Vec<u32>,
+    pub draft_s: f64,
+    pub verify_s: f64,
+    /// Snapshot before verify + restore and replay after it.
+    pub rollback_s: f64,
+    /// Handing the committed rows' features to the drafter.
+    pub commit_s: f64,
+}
+
+impl ChainRound {
+    pub fn bonus(&self) -> u32 {
+        *self
+            .emitted
+            .last()
+            .expect("a round emits at least the bonus")
+    }
+}
+
+/// Length of the longest prefix with `drafts[i] == argmax[i]` (z-lab
+/// `cumprod(block[1:] == post[:-1]).sum()`).
+pub fn accept_len(drafts: &[u32], argmax: &[u32]) -> usize {
+    drafts
+        .iter()
+        .zip(argmax)
+        .take_while(|(d, t)| d == t)
+        .count()
+}
+
+/// Runs one greedy chain round after `root` with at most `max` drafts (also limited by the
+/// drafter's block and the context left). On return the target has processed root + the
+/// accepted drafts, the drafter has been handed their features, and the bonus is the next
+/// root.
+pub fn chain_round(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    rollback: &mut Rollback,
+    root: u32,
+    max: usize,
+) -> Result<ChainRound, SpecError> {
+    let base = s.pos();
+    let room = s.ctx().saturating_sub(base);
+    if room == 0 {
+        return Err(crate::model::ModelError::ContextFull {
+            need: base + 1,
+            cap: s.ctx(),
+        }
+        .into());
+    }
+    let max = max.min(drafter.max_draft()).min(room - 1);
+    let layers = drafter.feature_layers();
+    let width = s.model().cfg.hidden;
+
+    let t0 = Instant::now();
+    let mut draft = if max > 0 {
+        drafter.propose(&mut env(s), root, max)?
+    } else {
+        super::Draft::default()
+    };
+    draft.tokens.truncate(max);
+    let t1 = Instant::now();
+
+    let mut rows = Vec::with_capacity(draft.tokens.len() + 1);
+    rows.push(root);
+    rows.extend_from_slice(&draft.tokens);
+    if !draft.tokens.is_empty() {
+        rollback.before_verify(s)?;
+    }
+    let t2 = Instant::now();
+    let opts = GraphOptions {
+        logits: LogitRows::All,
+        argmax: true,
+        capture: layers.clone(),
+    };
+    let out = s.forward(&rows, &opts)?;
+    let t3 = Instant::now();
+
+    let a = accept_len(&draft.tokens, &out.argmax);
+    let keep = a + 1;
+    if keep < rows.len() {
+        rollback.rollback(s, base, &rows[..keep])?;
+    }
+    let t4 = Instant::now();
+
+    let feats = Features::from_step(out.hidden, &layers, base, rows.len(), width)?;
+    let feats = if keep < rows.len() {
+        feats.prefix(keep)
+    } else {
+        feats
+    };
+    drafter.commit(&mut env(s), &rows[..keep], &feats)?;
+    let t5 = Instant::now();
+
+    let mut emitted = draft.tokens[..a].to_vec();
+    emitted.push(out.argmax[a]);
+    Ok(ChainRound {
+        drafted: draft.tokens.len(),
+        accepted: a,
+        emitted,
+        draft_s: (t1 - t0).as_secs_f64(),
+        verify_s: (t3 - t2).as_secs_f64(),
+        rollback_s: (t2 - t1).as_secs_f64() + (t4 - t3).as_secs_f64(),
+        commit_s: (t5 - t4).as_secs_f64(),
+    })
+}

@@ -1,0 +1,307 @@
+//! Greedy generation with speculation: `off` (plain steps that still feed the drafter),
+//! `chain` (a chain round every step) and `adaptive` (the single-request policy of
+//! [`crate::sched::policy`] chooses per step).
+
+use super::chain::{ChainRound, Rollback, RollbackMode, chain_round};
+use super::{Drafter, Features, SpecError, env};
+use crate::model::Session;
+use crate::model::qwen35::{GraphOptions, LogitRows};
+use crate::sched::{AdaptivePolicy, Decision, PolicyConfig, PolicyEvent};
+use std::time::Instant;
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum SpecMode {
+    /// Plain decoding (features still captured and committed to the drafter).
+    Off,
+    /// A chain round every step.
+    #[default]
+    Chain,
+    /// The adaptive policy decides per step.
+    Adaptive(PolicyConfig),
+}
+
+impl SpecMode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            SpecMode::Off => "off",
+            SpecMode::Chain => "chain",
+            SpecMode::Adaptive(_) => "adaptive",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SpecConfig {
+    /// Tokens to generate.
+    pub n: usize,
+    /// Prefill chunk size.
+    pub chunk: usize,
+    /// Stop after emitting this token.
+    pub stop: Option<u32>,
+    pub mode: SpecMode,
+    /// Drafts per round at most (also limited by the drafter's block).
+    pub max_draft: usize,
+    pub rollback: RollbackMode,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        SpecConfig {
+            n: 32,
+            chunk: 512,
+            stop: None,
+            mode: SpecMode::Chain,
+            max_draft: usize::MAX,
+            rollback: RollbackMode::SnapshotReplay,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A chain round (draft, verify, rollback).
+    Spec,
+    /// One target row with feature capture, no drafter call.
+    Plain,
+}
+
+/// One decode step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepStats {
+    pub kind: StepKind,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Tokens this step emitted (after a stop token or the budget, possibly fewer than
+    /// accepted + 1).
+    pub emitted: usize,
+    pub draft_s: f64,
+    /// The target forward (the verify rows, or the plain step's single row).
+    pub verify_s: f64,
+    pub rollback_s: f64,
+    pub commit_s: f64,
+    pub total_s: f64,
+    /// The policy's decision for this step (adaptive mode).
+    pub policy: Option<PolicyEvent>,
+}
+
+/// The result of [`generate_spec`].
+#[derive(Clone, Debug, Default)]
+pub struct SpecOutput {
+    pub tokens: Vec<u32>,
+    pub steps: Vec<StepStats>,
+    pub prefill_s: f64,
+    /// From the first token to the last.
+    pub decode_s: f64,
+}
+
+impl SpecOutput {
+    /// Accepted drafts per spec step (plain steps excluded).
+    pub fn accepted_per_step(&self) -> Vec<usize> {
+        self.steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Spec)
+            .map(|s| s.accepted)
+            .collect()
+    }
+
+    /// Mean tokens emitted per spec step (accepted + bonus), or 0 without spec steps.
+    pub fn mean_accept_len(&self) -> f64 {
+        let a = self.accepted_per_step();
+        if a.is_empty() {
+            0.0
+        } else {
+            a.iter().map(|&x| x as f64 + 1.0).sum::<f64>() / a.len() as f64
+        }
+    }
+
+    /// Total (draft, verify, rollback, commit) seconds over all steps.
+    pub fn time_split(&self) -> (f64, f64, f64, f64) {
+        self.steps.iter().fold((0.0, 0.0, 0.0, 0.0), |a, s| {
+            (
+                a.0 + s.draft_s,
+                a.1 + s.verify_s,
+                a.2 + s.rollback_s,
+                a.3 + s.commit_s,
+            )
+        })
+    }
+
+    pub fn spec_steps(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Spec)
+            .count()
+    }
+
+    pub fn plain_steps(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Plain)
+            .count()
+    }
+}
+
+fn capture_opts(layers: &[usize], logits: LogitRows) -> GraphOptions {
+    GraphOptions {
+        logits,
+        argmax: true,
+        capture: layers.to_vec(),
+    }
+}
+
+/// Resets the drafter and prefills `prompt` in chunks of at most `chunk` tokens, committing
+/// every row and its features to the drafter. Returns the first generated token (the argmax of
+/// the last prompt row): the root of the first round.
+pub fn prefill(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    prompt: &[u32],
+    chunk: usize,
+) -> Result<u32, SpecError> {
+    if prompt.is_empty() {
+        return Err(SpecError::Invalid("the prompt is empty".into()));
+    }
+    drafter.reset(&mut env(s))?;
+    let layers = drafter.feature_layers();
+    let width = s.model().cfg.hidden;
+    let opts = capture_opts(&layers, LogitRows::Last);
+    let mut last = 0;
+    for piece in prompt.chunks(chunk.max(1)) {
+        let start = s.pos();
+        let out = s.forward(piece, &opts)?;
+        last = out.argmax[0];
+        let f = Features::from_step(out.hidden, &layers, start, piece.len(), width)?;
+        drafter.commit(&mut env(s), piece, &f)?;
+    }
+    Ok(last)
+}
+
+/// One plain step: the target processes `root` (features captured and committed to the
+/// drafter); returns the next token.
+fn plain_step(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    layers: &[usize],
+    root: u32,
+) -> Result<(u32, StepStats), SpecError> {
+    let width = s.model().cfg.hidden;
+    let start = s.pos();
+    let t0 = Instant::now();
+    let out = s.forward(&[root], &capture_opts(layers, LogitRows::Last))?;
+    let t1 = Instant::now();
+    let f = Features::from_step(out.hidden, layers, start, 1, width)?;
+    drafter.commit(&mut env(s), &[root], &f)?;
+    let t2 = Instant::now();
+    let stats = StepStats {
+        kind: StepKind::Plain,
+        drafted: 0,
+        accepted: 0,
+        emitted: 1,
+        draft_s: 0.0,
+        verify_s: (t1 - t0).as_secs_f64(),
+        rollback_s: 0.0,
+        commit_s: (t2 - t1).as_secs_f64(),
+        total_s: (t2 - t0).as_secs_f64(),
+        policy: None,
+    };
+    Ok((out.argmax[0], stats))
+}
+
+/// Greedy generation of up to `cfg.n` tokens after `prompt` with the drafter. The output
+/// equals [`Session::generate_greedy`]'s token for token (speculation is lossless); needs a
+/// context of `prompt.len() + n − 1` positions, like plain decoding. `on_token` is called per
+/// emitted token, `on_step` per decode step.
+pub fn generate_spec(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    mut on_token: impl FnMut(u32),
+    mut on_step: impl FnMut(&StepStats),
+) -> Result<SpecOutput, SpecError> {
+    let mut res = SpecOutput::default();
+    if prompt.is_empty() || cfg.n == 0 {
+        return Ok(res);
+    }
+    let mut rollback = Rollback::new(cfg.rollback)?;
+    let mut policy = match &cfg.mode {
+        SpecMode::Adaptive(p) => Some(AdaptivePolicy::new(p.clone())),
+        _ => None,
+    };
+    let layers = drafter.feature_layers();
+
+    let t0 = Instant::now();
+    let mut root = prefill(s, drafter, prompt, cfg.chunk)?;
+    let t_first = Instant::now();
+    res.prefill_s = (t_first - t0).as_secs_f64();
+    res.tokens.push(root);
+    on_token(root);
+
+    let result = (|| -> Result<(), SpecError> {
+        while res.tokens.len() < cfg.n && Some(root) != cfg.stop {
+            let left = cfg.n - res.tokens.len();
+            // Never draft past the budget: a round emits at most drafts + 1 tokens.
+            let max = cfg.max_draft.min(left - 1);
+            let ev = policy.as_mut().map(|p| p.decide());
+            let spec = match (&cfg.mode, &ev) {
+                (SpecMode::Off, _) => false,
+                (_, Some(e)) => e.decision == Decision::Spec,
+                _ => true,
+            };
+            let mut stats = if spec && max > 0 {
+                let t = Instant::now();
+                let r: ChainRound = chain_round(s, drafter, &mut rollback, root, max)?;
+                let total = t.elapsed().as_secs_f64();
+                if let Some(p) = policy.as_mut() {
+                    p.observe_spec(r.accepted, total);
+                }
+                root = r.bonus();
+                let mut emitted = 0;
+                for &tok in &r.emitted {
+                    if res.tokens.len() >= cfg.n {
+                        break;
+                    }
+                    res.tokens.push(tok);
+                    on_token(tok);
+                    emitted += 1;
+                    if Some(tok) == cfg.stop {
+                        root = tok;
+                        break;
+                    }
+                }
+                StepStats {
+                    kind: StepKind::Spec,
+                    drafted: r.drafted,
+                    accepted: r.accepted,
+                    emitted,
+                    draft_s: r.draft_s,
+                    verify_s: r.verify_s,
+                    rollback_s: r.rollback_s,
+                    commit_s: r.commit_s,
+                    total_s: total,
+                    policy: None,
+                }
+            } else {
+                let (next, st) = plain_step(s, drafter, &layers, root)?;
+                // A plain step forced by the budget (no room to draft) is not a policy sample.
+                if let (Some(p), Some(e)) = (policy.as_mut(), &ev) {
+                    if e.decision == Decision::Plain {
+                        p.observe_plain(st.total_s);
+                    }
+                }
+                root = next;
+                res.tokens.push(next);
+                on_token(next);
+                st
+            };
+            stats.policy = ev;
+            on_step(&stats);
+            res.steps.push(stats);
+        }
+        Ok(())
+    })();
+    res.decode_s = t_first.elapsed().as_secs_f64();
+    rollback.release(s)?;
+    result?;
+    Ok(res)
+}

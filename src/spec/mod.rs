@@ -1,0 +1,193 @@
+//! Speculative decoding on the hybrid target: a drafter proposes a chain of tokens after the
+//! last emitted token (the *root*), the target verifies `[root, d_1, …]` in one forward, the
+//! longest prefix that matches the target's own greedy tokens is accepted plus one bonus token,
+//! and the hybrid state is rolled back exactly to "after root + accepted drafts".
+//!
+//! - [`Drafter`]: the interface a drafter (DFlash, DSpark, DFlash2, test drafters) implements.
+//! - [`chain`]: one chain round (draft → verify → accept → rollback → commit features) and the
+//!   rollback strategies.
+//! - [`generate`]: the greedy generation loop (`off` / `chain` / `adaptive`) with per-step stats.
+//! - [`testing`]: drafters for tests only (injected continuations, random garbage).
+//!
+//! Background: `shared/notes/speculation.md` §1–§4.
+
+pub mod chain;
+pub mod generate;
+pub mod testing;
+
+pub use chain::{ChainRound, Rollback, RollbackMode, chain_round};
+pub use generate::{SpecConfig, SpecMode, SpecOutput, StepKind, StepStats, generate_spec, prefill};
+
+use crate::backend::{Backend, WeightsId};
+use crate::model::{ModelError, Qwen35};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("drafter {name}: {msg}")]
+    Drafter { name: String, msg: String },
+    #[error("speculation: {0}")]
+    Unsupported(String),
+    #[error("speculation: {0}")]
+    Invalid(String),
+}
+
+impl From<crate::backend::BackendError> for SpecError {
+    fn from(e: crate::backend::BackendError) -> Self {
+        SpecError::Model(e.into())
+    }
+}
+
+/// Target features of consecutive committed rows: for each captured layer, the residual
+/// stream after that layer (`hidden.{layer}` of [`crate::model::qwen35::GraphOptions`]),
+/// row-major `[rows, width]`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Features {
+    /// Position of the first row in the sequence.
+    pub start: usize,
+    pub rows: usize,
+    /// Hidden size of the target.
+    pub width: usize,
+    /// `(layer, [rows, width])`, in the order the drafter declared its layers.
+    pub layers: Vec<(usize, Vec<f32>)>,
+}
+
+impl Features {
+    /// Takes the captured layers of a step output over `rows` rows starting at `start`,
+    /// ordered like `layers`.
+    pub fn from_step(
+        hidden: Vec<(usize, Vec<f32>)>,
+        layers: &[usize],
+        start: usize,
+        rows: usize,
+        width: usize,
+    ) -> Result<Features, SpecError> {
+        let mut by_layer = hidden;
+        let mut out = Vec::with_capacity(layers.len());
+        for &l in layers {
+            let i = by_layer
+                .iter()
+                .position(|(x, _)| *x == l)
+                .ok_or_else(|| SpecError::Invalid(format!("target layer {l} was not captured")))?;
+            let (_, data) = by_layer.swap_remove(i);
+            if data.len() != rows * width {
+                return Err(SpecError::Invalid(format!(
+                    "captured layer {l} holds {} values, expected {rows}×{width}",
+                    data.len()
+                )));
+            }
+            out.push((l, data));
+        }
+        Ok(Features {
+            start,
+            rows,
+            width,
+            layers: out,
+        })
+    }
+
+    /// The first `n` rows.
+    pub fn prefix(&self, n: usize) -> Features {
+        let n = n.min(self.rows);
+        Features {
+            start: self.start,
+            rows: n,
+            width: self.width,
+            layers: self
+                .layers
+                .iter()
+                .map(|(l, d)| (*l, d[..n * self.width].to_vec()))
+                .collect(),
+        }
+    }
+
+    /// Row `r` of layer slot `i` (in declaration order).
+    pub fn row(&self, i: usize, r: usize) -> &[f32] {
+        &self.layers[i].1[r * self.width..(r + 1) * self.width]
+    }
+}
+
+/// One proposal: a chain of tokens that follow the root.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Draft {
+    /// `d_1 … d_n` (n may be shorter than asked for: a chain truncated by confidence).
+    pub tokens: Vec<u32>,
+    /// The drafter's distribution `q_i` at each proposed position, row-major
+    /// `[tokens.len(), vocab]`, for lossless speculative sampling (T > 0). Greedy
+    /// speculation ignores it.
+    pub probs: Option<Vec<f32>>,
+}
+
+impl Draft {
+    pub fn greedy(tokens: Vec<u32>) -> Draft {
+        Draft {
+            tokens,
+            probs: None,
+        }
+    }
+}
+
+/// What a drafter may use on each call besides its own state: the target's backend (a
+/// drafter on the same device uploads its weights and states there and runs its graphs on
+/// it), the target model and its uploaded weight set (DFlash shares the target's embedding
+/// and LM head).
+pub struct DraftEnv<'a> {
+    pub backend: &'a mut dyn Backend,
+    pub target: &'a Qwen35,
+    pub target_weights: WeightsId,
+}
+
+/// A speculative drafter.
+///
+/// Protocol, for one sequence (the spec loop guarantees it):
+/// 1. [`Drafter::reset`] once;
+/// 2. [`Drafter::commit`] with every row the target commits, in order, with its features:
+///    the prompt (possibly in chunks), then after every round the root and the accepted
+///    drafts (`a + 1` rows), or the single token of a plain step. The sum of committed rows
+///    always equals the target's position, and `features.start` is the position of the first;
+/// 3. [`Drafter::propose`] between commits, with the root: the last emitted token, which the
+///    target has not processed yet (the previous round's bonus).
+pub trait Drafter {
+    /// Short name for logs and JSON output. Test drafters say so in their name.
+    fn name(&self) -> String;
+
+    /// Target layers whose outputs the drafter consumes (`target_layer_ids`); the spec loop
+    /// captures them on every target forward whose rows it commits. Empty: no features.
+    fn feature_layers(&self) -> Vec<usize>;
+
+    /// Most tokens one proposal can hold (block size − 1).
+    fn max_draft(&self) -> usize;
+
+    /// Forgets the context: a new sequence starts.
+    fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError>;
+
+    /// Appends committed rows: `tokens[i]` was processed by the target at position
+    /// `features.start + i` and `features` holds its captured rows.
+    fn commit(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        tokens: &[u32],
+        features: &Features,
+    ) -> Result<(), SpecError>;
+
+    /// Proposes up to `max` tokens that follow `root`, given the committed context.
+    fn propose(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        root: u32,
+        max: usize,
+    ) -> Result<Draft, SpecError>;
+}
+
+/// Builds the environment for a drafter call from a session.
+pub(crate) fn env<'s, 'a>(s: &'s mut crate::model::Session<'a>) -> DraftEnv<'s> {
+    let target = s.model();
+    let target_weights = s.weights_id();
+    DraftEnv {
+        backend: s.backend(),
+        target,
+        target_weights,
+    }
+}
