@@ -1,8 +1,11 @@
-//! `deltaspec generate`: greedy decoding from a prompt or token ids.
+//! `deltaspec generate`: greedy decoding from a prompt or token ids, optionally speculative
+//! (`--spec chain|adaptive --draft D`).
 
 use super::tokens;
 use crate::backend;
 use crate::model::{Qwen35, Session};
+use crate::sched::{PolicyConfig, Ratio};
+use crate::spec::{Drafter, RollbackMode, SpecConfig, SpecMode, StepKind};
 use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,6 +39,67 @@ pub struct Args {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// Speculative decoding: off, chain (a chain round every step), or adaptive (the
+    /// single-request policy turns speculation off when it does not pay). Needs --draft.
+    #[arg(long, default_value = "off", value_parser = ["off", "chain", "adaptive"])]
+    pub spec: String,
+    /// The drafter (GGUF) for --spec.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Drafts per round at most (default: the drafter's block size − 1).
+    #[arg(long)]
+    pub max_draft: Option<usize>,
+    /// Rollback of the DeltaNet state after a partial accept: snapshot (copy before verify,
+    /// restore and replay the accepted rows) or per-token (not available yet).
+    #[arg(long, default_value = "snapshot")]
+    pub rollback: String,
+    /// Adaptive policy: spec-step / plain-step time ratio: `live` (measured EMAs, 1.9 until
+    /// measured), a fixed number, or 0 to disable the policy (always speculate).
+    #[arg(long, default_value = "live")]
+    pub spec_ratio: String,
+    /// Adaptive policy: break-even margin (a_min = margin · (r − 1)).
+    #[arg(long, default_value_t = 0.8)]
+    pub policy_margin: f64,
+    /// Adaptive policy: EMA alpha of accepted drafts per spec step.
+    #[arg(long, default_value_t = 0.3)]
+    pub accept_alpha: f64,
+    /// Adaptive policy: EMA alpha of the probe after a plain burst (fast exit).
+    #[arg(long, default_value_t = 0.5)]
+    pub probe_alpha: f64,
+    /// Adaptive policy: EMA alpha of the measured step times.
+    #[arg(long, default_value_t = 0.2)]
+    pub time_alpha: f64,
+    /// Adaptive policy: plain steps per burst below break-even.
+    #[arg(long, default_value_t = 40)]
+    pub ar_burst: usize,
+    /// Adaptive policy: print every decision to stderr.
+    #[arg(long)]
+    pub policy_log: bool,
+}
+
+impl Args {
+    fn spec_mode(&self) -> anyhow::Result<SpecMode> {
+        Ok(match self.spec.as_str() {
+            "off" => SpecMode::Off,
+            "chain" => SpecMode::Chain,
+            _ => SpecMode::Adaptive(PolicyConfig {
+                ratio: Ratio::parse(&self.spec_ratio).map_err(anyhow::Error::msg)?,
+                margin: self.policy_margin,
+                accept_alpha: self.accept_alpha,
+                probe_alpha: self.probe_alpha,
+                time_alpha: self.time_alpha,
+                ar_burst: self.ar_burst,
+            }),
+        })
+    }
+}
+
+/// Opens the drafter of `--draft`.
+fn open_drafter(path: &std::path::Path, _target: &Qwen35) -> anyhow::Result<Box<dyn Drafter>> {
+    bail!(
+        "--draft {}: no drafter can be loaded yet (the DFlash drafter is not built in)",
+        path.display()
+    )
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
@@ -60,7 +124,25 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     } else {
         m.tokenizer.as_ref().and_then(|t| t.eos())
     };
+    let mode = a.spec_mode()?;
+    let rollback = RollbackMode::parse(&a.rollback)?;
+    let drafter = match (&mode, &a.draft) {
+        (SpecMode::Off, None) => None,
+        (_, Some(d)) => Some(open_drafter(d, &m)?),
+        (_, None) => bail!("--spec {} needs --draft", a.spec),
+    };
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
+    if let Some(d) = drafter {
+        let cfg = SpecConfig {
+            n: a.n,
+            chunk: a.chunk,
+            stop,
+            mode,
+            max_draft: a.max_draft.unwrap_or(usize::MAX),
+            rollback,
+        };
+        return run_spec(a, &m, &mut s, d, &prompt, &cfg);
+    }
 
     let t0 = Instant::now();
     let mut first_at = None;
@@ -95,6 +177,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             "prompt_tokens": prompt.len(),
             "prefill_seconds": (first - t0).as_secs_f64(),
             "backend": s.backend().name(),
+            "spec": "off",
+            "accepted_per_step": Vec::<usize>::new(),
         });
         println!("{j}");
     } else {
@@ -106,6 +190,99 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             (first - t0).as_secs_f64(),
             tps,
             s.backend().name()
+        );
+    }
+    Ok(())
+}
+
+/// Speculative generation with a drafter: streams tokens, prints per-step policy decisions
+/// with `--policy-log`, and reports acceptance and the time split.
+fn run_spec(
+    a: &Args,
+    m: &Qwen35,
+    s: &mut Session<'_>,
+    mut d: Box<dyn Drafter>,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+) -> anyhow::Result<()> {
+    let stream = !a.json;
+    let tok = m.tokenizer.as_ref();
+    let mut stdout = std::io::stdout();
+    let res = crate::spec::generate_spec(
+        s,
+        d.as_mut(),
+        prompt,
+        cfg,
+        |id| {
+            if stream {
+                match tok.and_then(|t| t.decode(&[id], false).ok()) {
+                    Some(text) => print!("{text}"),
+                    None => print!("{id} "),
+                }
+                let _ = stdout.flush();
+            }
+        },
+        |st| {
+            if a.policy_log {
+                if let Some(ev) = &st.policy {
+                    let kind = match st.kind {
+                        StepKind::Spec => format!("accepted {}/{}", st.accepted, st.drafted),
+                        StepKind::Plain => "1 token".to_string(),
+                    };
+                    eprintln!("{ev} -> {kind} in {:.3} ms", st.total_s * 1e3);
+                }
+            }
+        },
+    )?;
+    let decode_tokens = res.tokens.len().saturating_sub(1);
+    let tps = if decode_tokens > 0 && res.decode_s > 0.0 {
+        decode_tokens as f64 / res.decode_s
+    } else {
+        0.0
+    };
+    let (draft_s, verify_s, rollback_s, commit_s) = res.time_split();
+    let text = tok.map(|t| t.decode(&res.tokens, false)).transpose()?;
+    if a.json {
+        let j = serde_json::json!({
+            "tokens": res.tokens,
+            "text": text,
+            "tokens_per_second": tps,
+            "prompt_tokens": prompt.len(),
+            "prefill_seconds": res.prefill_s,
+            "backend": s.backend().name(),
+            "spec": cfg.mode.name(),
+            "drafter": d.name(),
+            "rollback": cfg.rollback.name(),
+            "accepted_per_step": res.accepted_per_step(),
+            "mean_accept_len": res.mean_accept_len(),
+            "spec_steps": res.spec_steps(),
+            "plain_steps": res.plain_steps(),
+            "draft_seconds": draft_s,
+            "verify_seconds": verify_s,
+            "rollback_seconds": rollback_s,
+            "commit_seconds": commit_s,
+        });
+        println!("{j}");
+    } else {
+        println!();
+        eprintln!(
+            "[{} prompt tokens, {} generated, prefill {:.3} s, decode {:.2} tok/s, backend {}; \
+             spec {} with {}: {} spec steps (mean accepted length {:.2}), {} plain; \
+             draft {:.3} s, verify {:.3} s, rollback {:.3} s, commit {:.3} s]",
+            prompt.len(),
+            res.tokens.len(),
+            res.prefill_s,
+            tps,
+            s.backend().name(),
+            cfg.mode.name(),
+            d.name(),
+            res.spec_steps(),
+            res.mean_accept_len(),
+            res.plain_steps(),
+            draft_s,
+            verify_s,
+            rollback_s,
+            commit_s,
         );
     }
     Ok(())
