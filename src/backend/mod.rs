@@ -8,6 +8,7 @@
 pub mod cpu;
 pub mod hip;
 pub mod host;
+pub mod wgpu;
 
 pub use host::{HostData, HostTensor, TensorBytes, WeightStore};
 
@@ -126,7 +127,7 @@ pub trait Backend {
 }
 
 /// Names accepted by [`create`].
-pub const BACKENDS: &[&str] = &["cpu", "hip", "hip:rocm", "hip:cuda"];
+pub const BACKENDS: &[&str] = &["cpu", "wgpu", "hip", "hip:rocm", "hip:cuda"];
 
 /// Creates a backend by name (`cpu`, …).
 pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
@@ -145,6 +146,7 @@ pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
                     reason,
                 })
         }
+        "wgpu" => Ok(Box::new(wgpu::WgpuBackend::new()?)),
         other => Err(BackendError::Unknown(
             other.to_string(),
             BACKENDS.join(", "),

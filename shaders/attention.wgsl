@@ -1,0 +1,174 @@
+// GQA attention over a KV cache (rows [cap, nkv, hd]), causal or not.
+// `write_kv` stores the new k/v rows at their positions. `attn` runs one workgroup per
+// (split, head, token): the split takes its share of the keys 0 ..= pos[t], scores WG keys at
+// a time into workgroup memory and keeps an online softmax (running max m, sum l, output o
+// with HD_PT dims per thread). With one split (FINAL) it writes o / l; otherwise it writes
+// (o, m, l) to the partial buffer and `combine` merges the splits.
+// Params: 0 T, 1 nh, 2 nkv, 3 hd, 4 cap, 5 splits, 6 scale (f32), 7 write_kv threads per grid
+// row, 8 mask (0 causal, 1 non-causal), 9 window (non-causal; 0 = unlimited).
+
+@group(0) @binding(1) var<storage, read> Q: array<f32>;
+@group(0) @binding(2) var<storage, read> K: array<f32>;
+@group(0) @binding(3) var<storage, read> V: array<f32>;
+@group(0) @binding(4) var<storage, read> Pos: array<i32>;
+@group(0) @binding(5) var<storage, read_write> KC: array<f32>;
+@group(0) @binding(6) var<storage, read_write> VC: array<f32>;
+@group(0) @binding(7) var<storage, read_write> Part: array<f32>;
+@group(0) @binding(8) var<storage, read_write> Out: array<f32>;
+
+const NEG: f32 = -3.0e38;
+
+var<workgroup> qsh: array<f32, HD_MAX>;
+var<workgroup> sc: array<f32, WG>;
+
+// The cache rows lo .. hi query t sees, clamped to the cache. Causal (mode 0): 0 ..= pos[t].
+// Non-causal (mode 1): 0 ..= max(pos), within |pos[t] − j| ≤ window when window > 0.
+fn visible(t: u32) -> vec2<u32> {
+    let cap = i32(pu(4u));
+    let p = Pos[t];
+    if pu(8u) == 0u {
+        return vec2<u32>(0u, u32(clamp(p + 1, 0, cap)));
+    }
+    var mx = p;
+    for (var i = 0u; i < pu(0u); i++) {
+        mx = max(mx, Pos[i]);
+    }
+    let w = i32(pu(9u));
+    if w == 0 {
+        return vec2<u32>(0u, u32(clamp(mx + 1, 0, cap)));
+    }
+    let lo = clamp(p - w, 0, cap);
+    let hi = clamp(min(p + w, mx) + 1, lo, cap);
+    return vec2<u32>(u32(lo), u32(hi));
+}
+
+@compute @workgroup_size(WG)
+fn write_kv(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let row = pu(2u) * pu(3u);
+    let i = gid.x + gid.y * pu(7u);
+    if i >= pu(0u) * row {
+        return;
+    }
+    let t = i / row;
+    let p = Pos[t];
+    if p < 0 || u32(p) >= pu(4u) {
+        return;
+    }
+    let at = u32(p) * row + (i - t * row);
+    KC[at] = K[i];
+    VC[at] = V[i];
+}
+
+@compute @workgroup_size(WG)
+fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let nh = pu(1u);
+    let nkv = pu(2u);
+    let hd = pu(3u);
+    let splits = pu(5u);
+    let scale = pf(6u);
+    let split = wid.x;
+    let h = wid.y;
+    let t = wid.z;
+    let row = nkv * hd;
+    let koff = (h / (nh / nkv)) * hd;
+    let vis = visible(t);
+    let n = vis.y - vis.x;
+    let chunk = (n + splits - 1u) / splits;
+    let j0 = vis.x + min(n, split * chunk);
+    let j1 = min(vis.y, j0 + chunk);
+    let qo = (t * nh + h) * hd;
+    for (var d = tid; d < hd; d += WG) {
+        qsh[d] = Q[qo + d];
+    }
+    workgroupBarrier();
+    var m = NEG;
+    var l = 0.0;
+    var o: array<f32, HD_PT>;
+    for (var base = j0; base < j1; base += WG) {
+        let cnt = min(WG, j1 - base);
+        var s = NEG;
+        if tid < cnt {
+            let ko = (base + tid) * row + koff;
+            var acc = 0.0;
+            for (var d = 0u; d < hd; d++) {
+                acc += qsh[d] * KC[ko + d];
+            }
+            s = acc * scale;
+        }
+        sc[tid] = s;
+        workgroupBarrier();
+        var mx = NEG;
+        for (var i = 0u; i < cnt; i++) {
+            mx = max(mx, sc[i]);
+        }
+        let m_new = max(m, mx);
+        let alpha = exp(m - m_new);
+        workgroupBarrier();
+        sc[tid] = select(0.0, exp(s - m_new), tid < cnt);
+        workgroupBarrier();
+        var ls = 0.0;
+        for (var i = 0u; i < cnt; i++) {
+            ls += sc[i];
+        }
+        l = l * alpha + ls;
+        for (var q = 0u; q < HD_PT; q++) {
+            let d = tid + q * WG;
+            if d < hd {
+                var acc = 0.0;
+                for (var i = 0u; i < cnt; i++) {
+                    acc += sc[i] * VC[(base + i) * row + koff + d];
+                }
+                o[q] = o[q] * alpha + acc;
+            }
+        }
+        m = m_new;
+        workgroupBarrier();
+    }
+//#if FINAL
+    for (var q = 0u; q < HD_PT; q++) {
+        let d = tid + q * WG;
+        if d < hd {
+            Out[qo + d] = select(0.0, o[q] / l, l > 0.0);
+        }
+    }
+//#else
+    let po = ((t * nh + h) * splits + split) * (hd + 2u);
+    for (var q = 0u; q < HD_PT; q++) {
+        let d = tid + q * WG;
+        if d < hd {
+            Part[po + d] = o[q];
+        }
+    }
+    if tid == 0u {
+        Part[po + hd] = m;
+        Part[po + hd + 1u] = l;
+    }
+//#endif
+}
+
+@compute @workgroup_size(WG)
+fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let nh = pu(1u);
+    let hd = pu(3u);
+    let splits = pu(5u);
+    let h = wid.x;
+    let t = wid.y;
+    let pb = (t * nh + h) * splits;
+    var mx = NEG;
+    for (var s = 0u; s < splits; s++) {
+        mx = max(mx, Part[(pb + s) * (hd + 2u) + hd]);
+    }
+    var l = 0.0;
+    for (var s = 0u; s < splits; s++) {
+        let po = (pb + s) * (hd + 2u);
+        l += Part[po + hd + 1u] * exp(Part[po + hd] - mx);
+    }
+    for (var d = tid; d < hd; d += WG) {
+        var acc = 0.0;
+        for (var s = 0u; s < splits; s++) {
+            let po = (pb + s) * (hd + 2u);
+            acc += Part[po + d] * exp(Part[po + hd] - mx);
+        }
+        Out[(t * nh + h) * hd + d] = select(0.0, acc / l, l > 0.0);
+    }
+}

@@ -1,0 +1,210 @@
+// Weight decoding, spliced into kernels by the generator (`//#dequant NAME` in a kernel).
+// Every section is written once against the placeholders `$W` (the `array<u32>` storage
+// buffer holding the raw weight bytes) and `$F` (a function-name prefix), so one matmul
+// template serves every type. `$F_dq4(ro, e)` returns elements `e .. e + 4` (e a multiple of
+// 4) of the row starting at byte `ro`; rows are whole blocks, so `$F_dq1(i)` (element `i` of
+// the whole tensor) is `$F_dq4(0, ..)`. Arithmetic follows the CPU reference: each product in
+// f32, in the same order.
+
+//! bytes
+fn $F_u8(o: u32) -> u32 {
+    return ($W[o >> 2u] >> ((o & 3u) * 8u)) & 0xffu;
+}
+// o must be even.
+fn $F_u16(o: u32) -> u32 {
+    return ($W[o >> 2u] >> ((o & 2u) * 8u)) & 0xffffu;
+}
+// Any byte offset: two words when unaligned.
+fn $F_u32(o: u32) -> u32 {
+    let s = (o & 3u) * 8u;
+    let a = $W[o >> 2u];
+    if s == 0u {
+        return a;
+    }
+    return (a >> s) | ($W[(o >> 2u) + 1u] << (32u - s));
+}
+// IEEE half to f32 by bits: exact for every value (subnormals too), no f16 capability needed.
+fn $F_h2f(h: u32) -> f32 {
+    let s = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if e == 0u {
+        return bitcast<f32>(s | bitcast<u32>(f32(m) * 5.9604644775390625e-8));
+    }
+    if e == 31u {
+        return bitcast<f32>(s | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+}
+fn $F_f16(o: u32) -> f32 {
+    return $F_h2f($F_u16(o));
+}
+// The four bytes of `q` as unsigned values.
+fn $F_bytes(q: u32) -> vec4<u32> {
+    return vec4<u32>(q & 0xffu, (q >> 8u) & 0xffu, (q >> 16u) & 0xffu, q >> 24u);
+}
+// The low (shift 0) or high (shift 4) nibbles of the four bytes of `q`.
+fn $F_nib(q: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(q) >> vec4<u32>(shift, 8u + shift, 16u + shift, 24u + shift)) & vec4<u32>(0xfu));
+}
+fn $F_dq1(i: u32) -> f32 {
+    return $F_dq4(0u, i & ~3u)[i & 3u];
+}
+
+//! F32
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let w = (ro >> 2u) + e;
+    return vec4<f32>(bitcast<f32>($W[w]), bitcast<f32>($W[w + 1u]), bitcast<f32>($W[w + 2u]), bitcast<f32>($W[w + 3u]));
+}
+
+//! F16
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let o = ro + e * 2u;
+    if (o & 3u) == 0u {
+        let a = $W[o >> 2u];
+        let b = $W[(o >> 2u) + 1u];
+        return vec4<f32>($F_h2f(a & 0xffffu), $F_h2f(a >> 16u), $F_h2f(b & 0xffffu), $F_h2f(b >> 16u));
+    }
+    return vec4<f32>($F_f16(o), $F_f16(o + 2u), $F_f16(o + 4u), $F_f16(o + 6u));
+}
+
+//! BF16
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let o = ro + e * 2u;
+    return vec4<f32>(bitcast<f32>($F_u16(o) << 16u), bitcast<f32>($F_u16(o + 2u) << 16u), bitcast<f32>($F_u16(o + 4u) << 16u), bitcast<f32>($F_u16(o + 6u) << 16u));
+}
+
+//! Q8_0
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 34u;
+    let d = $F_f16(b);
+    let q = bitcast<vec4<i32>>($F_bytes($F_u32(b + 2u + (e & 31u))) << vec4<u32>(24u)) >> vec4<u32>(24u);
+    return vec4<f32>(q) * d;
+}
+
+//! Q4_0
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 18u;
+    let j = e & 31u;
+    let d = $F_f16(b);
+    let q = $F_nib($F_u32(b + 2u + (j & 15u)), select(0u, 4u, j >= 16u));
+    return (q - 8.0) * d;
+}
+
+//! Q4_1
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 20u;
+    let j = e & 31u;
+    let d = $F_f16(b);
+    let m = $F_f16(b + 2u);
+    let q = $F_nib($F_u32(b + 4u + (j & 15u)), select(0u, 4u, j >= 16u));
+    return q * d + m;
+}
+
+//! Q5_0
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 22u;
+    let j = e & 31u;
+    let d = $F_f16(b);
+    let qh = $F_u32(b + 2u);
+    let lo = $F_nib($F_u32(b + 6u + (j & 15u)), select(0u, 4u, j >= 16u));
+    let hi = vec4<f32>((vec4<u32>(qh) >> vec4<u32>(j, j + 1u, j + 2u, j + 3u)) & vec4<u32>(1u)) * 16.0;
+    return (lo + hi - 16.0) * d;
+}
+
+//! Q5_1
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 24u;
+    let j = e & 31u;
+    let d = $F_f16(b);
+    let m = $F_f16(b + 2u);
+    let qh = $F_u32(b + 4u);
+    let lo = $F_nib($F_u32(b + 8u + (j & 15u)), select(0u, 4u, j >= 16u));
+    let hi = vec4<f32>((vec4<u32>(qh) >> vec4<u32>(j, j + 1u, j + 2u, j + 3u)) & vec4<u32>(1u)) * 16.0;
+    return (lo + hi) * d + m;
+}
+
+//! IQ4_NL
+var<private> $F_KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 18u;
+    let j = e & 31u;
+    let d = $F_f16(b);
+    let q = $F_u32(b + 2u + (j & 15u)) >> select(0u, 4u, j >= 16u);
+    return d * vec4<f32>($F_KV[q & 0xfu], $F_KV[(q >> 8u) & 0xfu], $F_KV[(q >> 16u) & 0xfu], $F_KV[(q >> 24u) & 0xfu]);
+}
+
+//! IQ4_XS
+var<private> $F_KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 8u) * 136u;
+    let i = e & 255u;
+    let ib = i >> 5u;
+    let j = i & 31u;
+    let d = $F_f16(b);
+    let lo = ($F_u8(b + 4u + (ib >> 1u)) >> (4u * (ib & 1u))) & 0xfu;
+    let hi = ($F_u16(b + 2u) >> (2u * ib)) & 3u;
+    let dl = d * f32(i32(lo | (hi << 4u)) - 32);
+    let q = $F_u32(b + 8u + 16u * ib + (j & 15u)) >> select(0u, 4u, j >= 16u);
+    return dl * vec4<f32>($F_KV[q & 0xfu], $F_KV[(q >> 8u) & 0xfu], $F_KV[(q >> 16u) & 0xfu], $F_KV[(q >> 24u) & 0xfu]);
+}
+
+//! Q4_K
+// ggml's get_scale_min_k4 for sub-block j of the 12 scale bytes at byte s.
+fn $F_scale_min(s: u32, j: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32($F_u8(s + j) & 63u), f32($F_u8(s + j + 4u) & 63u));
+    }
+    let x = $F_u8(s + j + 4u);
+    return vec2<f32>(f32((x & 0xfu) | (($F_u8(s + j - 4u) >> 6u) << 4u)), f32((x >> 4u) | (($F_u8(s + j) >> 6u) << 4u)));
+}
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 8u) * 144u;
+    let i = e & 255u;
+    let k = i >> 6u;
+    let l = i & 63u;
+    let sub = 2u * k + select(0u, 1u, l >= 32u);
+    let sm = $F_scale_min(b + 4u, sub);
+    let d = $F_f16(b) * sm.x;
+    let dm = $F_f16(b + 2u) * sm.y;
+    let q = $F_nib($F_u32(b + 16u + 32u * k + (l & 31u)), select(0u, 4u, l >= 32u));
+    return d * q - dm;
+}
+
+//! Q5_K
+fn $F_scale_min(s: u32, j: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32($F_u8(s + j) & 63u), f32($F_u8(s + j + 4u) & 63u));
+    }
+    let x = $F_u8(s + j + 4u);
+    return vec2<f32>(f32((x & 0xfu) | (($F_u8(s + j - 4u) >> 6u) << 4u)), f32((x >> 4u) | (($F_u8(s + j) >> 6u) << 4u)));
+}
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 8u) * 176u;
+    let i = e & 255u;
+    let k = i >> 6u;
+    let l = i & 63u;
+    let sub = 2u * k + select(0u, 1u, l >= 32u);
+    let sm = $F_scale_min(b + 4u, sub);
+    let d = $F_f16(b) * sm.x;
+    let dm = $F_f16(b + 2u) * sm.y;
+    let lo = $F_nib($F_u32(b + 48u + 32u * k + (l & 31u)), select(0u, 4u, l >= 32u));
+    let h = $F_bytes($F_u32(b + 16u + (l & 31u)));
+    let hi = vec4<f32>((h >> vec4<u32>(sub)) & vec4<u32>(1u)) * 16.0;
+    return d * (lo + hi) - dm;
+}
+
+//! Q6_K
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 8u) * 210u;
+    let i = e & 255u;
+    let half = i >> 7u;
+    let r = i & 127u;
+    let qi = r >> 5u;
+    let l = r & 31u;
+    let lo = $F_nib($F_u32(b + 64u * half + l + 32u * (qi & 1u)), 4u * (qi >> 1u));
+    let hi = vec4<f32>(($F_bytes($F_u32(b + 128u + 32u * half + l)) >> vec4<u32>(2u * qi)) & vec4<u32>(3u)) * 16.0;
+    let sc = f32((i32($F_u8(b + 192u + 8u * half + 2u * qi + (l >> 4u))) << 24u) >> 24u);
+    let ds = $F_f16(b + 208u) * sc;
+    return ds * (lo + hi - 32.0);
+}

@@ -1,0 +1,622 @@
+//! Lowering: a planned graph becomes a list of dispatches (template specialisation, params,
+//! bindings, grid). Reshapes are views and emit nothing.
+
+use super::shaders::{self, GEMV_BUCKETS, GEMV_WG, PARAMS, ShaderKey};
+use crate::backend::BackendError;
+use crate::graph::{Graph, HeadMap, Op, Plan, TensorId, TensorKind};
+use crate::tensor::DType;
+
+/// A buffer a dispatch binds, resolved to a device buffer at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Res {
+    Slot(usize),
+    Input(usize),
+    State(usize),
+    Weight { w: usize, part: usize },
+    Scratch(usize),
+    Aux(usize),
+}
+
+pub struct Step {
+    pub key: ShaderKey,
+    pub params: [u32; PARAMS],
+    /// Bindings 1.. in order (binding 0 is the params uniform).
+    pub binds: Vec<Res>,
+    pub groups: [u32; 3],
+}
+
+/// A weight the graph binds by name.
+pub struct WeightUse {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+/// A data check on an input before a run (token ids and positions index tables).
+pub struct InputCheck {
+    pub input: usize,
+    /// Values must lie in `0 .. bound`.
+    pub bound: usize,
+    pub what: &'static str,
+}
+
+#[derive(Default)]
+pub struct Lowered {
+    pub steps: Vec<Step>,
+    pub inputs: Vec<TensorId>,
+    pub states: Vec<TensorId>,
+    pub weights: Vec<WeightUse>,
+    pub scratch: Vec<u64>,
+    pub aux: Vec<Vec<u8>>,
+    pub checks: Vec<InputCheck>,
+    /// Graph outputs: name, where they live, declaration.
+    pub outputs: Vec<(String, Res, TensorId)>,
+}
+
+/// How a weight of `dtype` and `shape` is split into bindings of at most `max_binding` bytes:
+/// `(row bytes, [(first row, rows)])`.
+pub fn split_rows(
+    dtype: DType,
+    shape: &[usize],
+    max_binding: u64,
+) -> Result<(usize, Vec<(usize, usize)>), String> {
+    let row = shape.last().copied().unwrap_or(1);
+    let rows: usize = if shape.len() <= 1 {
+        1
+    } else {
+        shape[..shape.len() - 1].iter().product()
+    };
+    let rb = dtype
+        .bytes_for(row)
+        .ok_or_else(|| format!("rows of {row} {dtype} values are not whole blocks"))?;
+    // Keep 8 bytes of headroom for the unaligned two-word reads at a part's end.
+    let per = ((max_binding.saturating_sub(8)) / rb.max(1) as u64).max(1) as usize;
+    let mut parts = Vec::new();
+    let mut first = 0;
+    while first < rows || parts.is_empty() {
+        let n = per.min(rows - first);
+        parts.push((first, n));
+        first += n;
+        if n == 0 {
+            break;
+        }
+    }
+    Ok((rb, parts))
+}
+
+/// A weight-position operand: its type, row bytes and parts `(buffer, first row, rows)`.
+struct WOperand {
+    dtype: DType,
+    row_bytes: usize,
+    parts: Vec<(Res, usize, usize)>,
+}
+
+struct Ctx<'g> {
+    g: &'g Graph,
+    plan: &'g Plan,
+    max_binding: u64,
+    subgroups: bool,
+    out: Lowered,
+}
+
+fn unsupported(op: &Op, msg: impl Into<String>) -> BackendError {
+    BackendError::Unsupported {
+        backend: super::NAME.into(),
+        op: op.name().into(),
+        msg: msg.into(),
+    }
+}
+
+/// `(groups, groups per grid row)` for `n` workgroups in a 2-D grid of rows ≤ 65535.
+fn grid(n: usize) -> ([u32; 3], u32) {
+    let n = n.max(1) as u64;
+    let x = n.min(65535);
+    ([x as u32, n.div_ceil(x) as u32, 1], x as u32)
+}
+
+fn p(vals: &[u32]) -> [u32; PARAMS] {
+    let mut a = [0u32; PARAMS];
+    a[..vals.len()].copy_from_slice(vals);
+    a
+}
+
+impl Ctx<'_> {
+    fn res(&mut self, id: TensorId) -> Res {
+        let root = self.g.storage_root(id);
+        let t = self.g.tensor(root);
+        match t.kind {
+            TensorKind::Node { .. } => Res::Slot(
+                self.plan.slot_of[root.index()].expect("planner places every node output"),
+            ),
+            TensorKind::Input => {
+                let i = match self.out.inputs.iter().position(|x| *x == root) {
+                    Some(i) => i,
+                    None => {
+                        self.out.inputs.push(root);
+                        self.out.inputs.len() - 1
+                    }
+                };
+                Res::Input(i)
+            }
+            TensorKind::State => {
+                let i = match self.out.states.iter().position(|x| *x == root) {
+                    Some(i) => i,
+                    None => {
+                        self.out.states.push(root);
+                        self.out.states.len() - 1
+                    }
+                };
+                Res::State(i)
+            }
+            TensorKind::Weight => {
+                let w = self.weight_index(root);
+                Res::Weight { w, part: 0 }
+            }
+        }
+    }
+
+    fn weight_index(&mut self, id: TensorId) -> usize {
+        let t = self.g.tensor(id);
+        match self.out.weights.iter().position(|w| w.name == t.name) {
+            Some(i) => i,
+            None => {
+                self.out.weights.push(WeightUse {
+                    name: t.name.clone(),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                });
+                self.out.weights.len() - 1
+            }
+        }
+    }
+
+    fn woperand(&mut self, op: &Op, id: TensorId) -> Result<WOperand, BackendError> {
+        let root = self.g.storage_root(id);
+        let t = self.g.tensor(root).clone();
+        if t.kind == TensorKind::Weight {
+            if !shaders::WEIGHT_TYPES.contains(&t.dtype) {
+                return Err(unsupported(
+                    op,
+                    format!("weight {} of type {}", t.name, t.dtype),
+                ));
+            }
+            let (rb, parts) =
+                split_rows(t.dtype, &t.shape, self.max_binding).map_err(|m| unsupported(op, m))?;
+            let w = self.weight_index(root);
+            Ok(WOperand {
+                dtype: t.dtype,
+                row_bytes: rb,
+                parts: parts
+                    .into_iter()
+                    .enumerate()
+                    .map(|(part, (first, rows))| (Res::Weight { w, part }, first, rows))
+                    .collect(),
+            })
+        } else {
+            let decl = self.g.tensor(id);
+            let rows = decl.rows();
+            let rb = decl.last_dim() * 4;
+            let r = self.res(id);
+            Ok(WOperand {
+                dtype: DType::F32,
+                row_bytes: rb,
+                parts: vec![(r, 0, rows)],
+            })
+        }
+    }
+
+    /// A small weight read whole by elementwise kernels (norm vectors, conv taps, gates).
+    fn whole(&mut self, op: &Op, id: TensorId) -> Result<(Res, DType), BackendError> {
+        let w = self.woperand(op, id)?;
+        if w.parts.len() != 1 {
+            return Err(unsupported(op, "a split weight in an elementwise position"));
+        }
+        Ok((w.parts[0].0, w.dtype))
+    }
+
+    fn scratch(&mut self, bytes: usize) -> Res {
+        self.out.scratch.push(bytes.max(16) as u64);
+        Res::Scratch(self.out.scratch.len() - 1)
+    }
+
+    fn step(&mut self, key: ShaderKey, params: [u32; PARAMS], binds: Vec<Res>, groups: [u32; 3]) {
+        self.out.steps.push(Step {
+            key,
+            params,
+            binds,
+            groups,
+        });
+    }
+
+    fn check_input(&mut self, id: TensorId, bound: usize, what: &'static str) {
+        let root = self.g.storage_root(id);
+        if self.g.tensor(root).kind == TensorKind::Input
+            && let Res::Input(i) = self.res(root)
+        {
+            self.out.checks.push(InputCheck {
+                input: i,
+                bound,
+                what,
+            });
+        }
+    }
+
+    fn node(&mut self, idx: usize) -> Result<(), BackendError> {
+        let g = self.g;
+        let node = &g.nodes[idx];
+        let op = &node.op;
+        let ins = &node.inputs;
+        let outs = &node.outputs;
+        let shape = |id: TensorId| g.tensor(id).shape.clone();
+        let numel = |id: TensorId| g.tensor(id).numel();
+        let u = |v: usize| -> Result<u32, BackendError> {
+            u32::try_from(v).map_err(|_| unsupported(op, format!("size {v} exceeds u32")))
+        };
+        match op {
+            Op::Reshape { .. } => {}
+            Op::Embed => {
+                let s = shape(ins[0]);
+                let (vocab, d) = (s[0], s[1]);
+                let t = numel(ins[1]);
+                self.check_input(ins[1], vocab, "token id");
+                let table = self.woperand(op, ins[0])?;
+                let ids = self.res(ins[1]);
+                let y = self.res(outs[0]);
+                let (groups, gx) = grid(t);
+                for (r, first, rows) in table.parts {
+                    self.step(
+                        ShaderKey::new("embed").dq("W", table.dtype),
+                        p(&[
+                            u(t)?,
+                            u(d)?,
+                            u(table.row_bytes)?,
+                            u(first)?,
+                            u(rows)?,
+                            u(vocab)?,
+                            gx,
+                        ]),
+                        vec![ids, r, y],
+                        groups,
+                    );
+                }
+            }
+            Op::MatMul => {
+                let xs = shape(ins[0]);
+                let (n, k) = (xs[0], xs[1]);
+                let m = shape(ins[1])[0];
+                let w = self.woperand(op, ins[1])?;
+                let x = self.res(ins[0]);
+                let y = self.res(outs[0]);
+                for (r, first, rows) in w.parts {
+                    let params = [u(n)?, u(k)?, u(rows)?, u(w.row_bytes)?, u(m)?, u(first)?];
+                    if let Some(&nb) = GEMV_BUCKETS.iter().find(|b| **b as usize >= n) {
+                        let (groups, gx) = grid(rows);
+                        let mut pp = params.to_vec();
+                        pp.push(gx);
+                        self.step(
+                            ShaderKey::new("matmul")
+                                .c("WG", GEMV_WG)
+                                .c("NB", nb)
+                                .flag_if(self.subgroups, "SG")
+                                .dq("W", w.dtype),
+                            p(&pp),
+                            vec![x, r, y],
+                            groups,
+                        );
+                    } else {
+                        let groups = [u(rows.div_ceil(64))?, u(n.div_ceil(64))?, 1];
+                        if groups[0] > 65535 || groups[1] > 65535 {
+                            return Err(unsupported(
+                                op,
+                                format!("{n} × {rows} outputs exceed the grid"),
+                            ));
+                        }
+                        self.step(
+                            ShaderKey::new("matmul_tiled").dq("W", w.dtype),
+                            p(&params),
+                            vec![x, r, y],
+                            groups,
+                        );
+                    }
+                }
+            }
+            Op::Add | Op::SigmoidMul | Op::SwiGlu => {
+                let n = numel(outs[0]);
+                let flag = match op {
+                    Op::Add => "OP_ADD",
+                    Op::SigmoidMul => "OP_SIGMOID_MUL",
+                    _ => "OP_SWIGLU",
+                };
+                let (a, b, y) = (self.res(ins[0]), self.res(ins[1]), self.res(outs[0]));
+                let (groups, gx) = grid(n.div_ceil(256));
+                self.step(
+                    ShaderKey::new("elementwise").flag(flag),
+                    p(&[u(n)?, gx * 256]),
+                    vec![a, b, y],
+                    groups,
+                );
+            }
+            Op::RmsNorm { eps }
+            | Op::AddRmsNorm { eps }
+            | Op::GatedRmsNorm { eps }
+            | Op::L2Norm { eps, .. } => {
+                let d = g.tensor(ins[0]).last_dim();
+                let rows = numel(ins[0]) / d.max(1);
+                let scale = if let Op::L2Norm { scale, .. } = op {
+                    *scale
+                } else {
+                    1.0
+                };
+                let (groups, gx) = grid(rows);
+                let params = p(&[u(rows)?, u(d)?, eps.to_bits(), scale.to_bits(), gx]);
+                let x = self.res(ins[0]);
+                let (key, binds) = match op {
+                    Op::RmsNorm { .. } => {
+                        let (w, wt) = self.whole(op, ins[1])?;
+                        (
+                            ShaderKey::new("norm").flag("RMS").dq("W", wt),
+                            vec![x, w, self.res(outs[0])],
+                        )
+                    }
+                    Op::AddRmsNorm { .. } => {
+                        let r = self.res(ins[1]);
+                        let (w, wt) = self.whole(op, ins[2])?;
+                        let (s, y) = (self.res(outs[0]), self.res(outs[1]));
+                        (
+                            ShaderKey::new("norm").flag("ADD").dq("W", wt),
+                            vec![x, r, w, s, y],
+                        )
+                    }
+                    Op::GatedRmsNorm { .. } => {
+                        let z = self.res(ins[1]);
+                        let (w, wt) = self.whole(op, ins[2])?;
+                        (
+                            ShaderKey::new("norm").flag("GATED").dq("W", wt),
+                            vec![x, z, w, self.res(outs[0])],
+                        )
+                    }
+                    _ => (
+                        ShaderKey::new("norm").flag("L2"),
+                        vec![x, self.res(outs[0])],
+                    ),
+                };
+                self.step(key, params, binds, groups);
+            }
+            Op::ConvStep => {
+                let xs = shape(ins[0]);
+                let (t, c) = (xs[0], xs[1]);
+                let kw = shape(ins[1])[1];
+                let x = self.res(ins[0]);
+                let (w, wt) = self.whole(op, ins[1])?;
+                let st = self.res(ins[2]);
+                let y = self.res(outs[0]);
+                let (groups, gx) = grid(c.div_ceil(64));
+                self.step(
+                    ShaderKey::new("conv").dq("W", wt),
+                    p(&[u(t)?, u(c)?, u(kw)?, gx * 64]),
+                    vec![x, w, st, y],
+                    groups,
+                );
+            }
+            Op::GatedDeltaNet(gp) => {
+                let t = shape(ins[0])[0];
+                let wg = if gp.dv <= 32 {
+                    32
+                } else if gp.dv <= 64 {
+                    64
+                } else {
+                    128
+                };
+                let (qkv, b, a) = (self.res(ins[0]), self.res(ins[1]), self.res(ins[2]));
+                let (sa, sat) = self.whole(op, ins[3])?;
+                let (dt, dtt) = self.whole(op, ins[4])?;
+                let st = self.res(ins[5]);
+                let o = self.res(outs[0]);
+                let q_scale = (1.0 / (gp.dk as f64).sqrt()) as f32;
+                let map = match gp.head_map {
+                    HeadMap::Tiled => 0,
+                    HeadMap::Grouped => 1,
+                };
+                self.step(
+                    shaders::gdn_key(u(gp.dk)?, wg, sat, dtt),
+                    p(&[
+                        u(t)?,
+                        u(gp.nk)?,
+                        u(gp.nv)?,
+                        u(gp.dk)?,
+                        u(gp.dv)?,
+                        map,
+                        gp.l2_eps.to_bits(),
+                        q_scale.to_bits(),
+                    ]),
+                    vec![qkv, b, a, sa, dt, st, o],
+                    [u(gp.nv)?, u(gp.dv.div_ceil(wg as usize))?, 1],
+                );
+            }
+            Op::SliceLast { offset, len } => {
+                let w = g.tensor(ins[0]).last_dim();
+                let total = numel(outs[0]);
+                let (x, y) = (self.res(ins[0]), self.res(outs[0]));
+                let (groups, gx) = grid(total.div_ceil(256));
+                self.step(
+                    ShaderKey::new("copy"),
+                    p(&[u(total)?, u(w)?, u(*offset)?, u(*len)?, gx * 256]),
+                    vec![x, y],
+                    groups,
+                );
+            }
+            Op::Rows { start, .. } => {
+                let width = g.tensor(ins[0]).last_dim();
+                let total = numel(outs[0]);
+                let (x, y) = (self.res(ins[0]), self.res(outs[0]));
+                let (groups, gx) = grid(total.div_ceil(256));
+                self.step(
+                    ShaderKey::new("copy"),
+                    p(&[u(total)?, u(total)?, u(start * width)?, u(total)?, gx * 256]),
+                    vec![x, y],
+                    groups,
+                );
+            }
+            Op::Rope { rot, theta } => {
+                let s = shape(ins[0]);
+                let (h, d) = (s[1], s[2]);
+                let total = numel(ins[0]);
+                // HF's inv_freq, computed exactly as the CPU reference does.
+                let freqs: Vec<f32> = (0..(rot / 2).max(1))
+                    .map(|i| 1.0 / theta.powf((2 * i) as f32 / *rot as f32))
+                    .collect();
+                self.out.aux.push(bytemuck::cast_slice(&freqs).to_vec());
+                let f = Res::Aux(self.out.aux.len() - 1);
+                let (x, pos, y) = (self.res(ins[0]), self.res(ins[1]), self.res(outs[0]));
+                let (groups, gx) = grid(total.div_ceil(256));
+                self.step(
+                    ShaderKey::new("rope"),
+                    p(&[u(total)?, u(h * d)?, u(d)?, u(*rot)?, gx * 256]),
+                    vec![x, pos, f, y],
+                    groups,
+                );
+            }
+            Op::Attention(_) | Op::AttentionNonCausal { .. } => {
+                let (ap, mode, window) = match op {
+                    Op::AttentionNonCausal { attn, window } => (attn, 1, *window),
+                    Op::Attention(ap) => (ap, 0, 0),
+                    _ => return Err(unsupported(op, "not an attention op")),
+                };
+                let t = shape(ins[0])[0];
+                let cap = shape(ins[4])[0];
+                let (nh, nkv, hd) = (ap.n_heads, ap.n_kv_heads, ap.head_dim);
+                self.check_input(ins[3], cap, "position");
+                let splits = cap.div_ceil(256).clamp(1, 32);
+                let fin = splits == 1;
+                let part = self.scratch(if fin {
+                    0
+                } else {
+                    t * nh * splits * (hd + 2) * 4
+                });
+                let binds: Vec<Res> = vec![
+                    self.res(ins[0]),
+                    self.res(ins[1]),
+                    self.res(ins[2]),
+                    self.res(ins[3]),
+                    self.res(ins[4]),
+                    self.res(ins[5]),
+                    part,
+                    self.res(outs[0]),
+                ];
+                let (wgroups, gx) = grid((t * nkv * hd).div_ceil(shaders::ATTN_WG as usize));
+                let params = p(&[
+                    u(t)?,
+                    u(nh)?,
+                    u(nkv)?,
+                    u(hd)?,
+                    u(cap)?,
+                    u(splits)?,
+                    ap.scale.to_bits(),
+                    gx * shaders::ATTN_WG,
+                    mode,
+                    u(window)?,
+                ]);
+                if nh > 65535 || t > 65535 {
+                    return Err(unsupported(op, "too many heads or tokens for the grid"));
+                }
+                let hd32 = u(hd)?;
+                self.step(
+                    shaders::attn_key(hd32, fin, "write_kv"),
+                    params,
+                    binds.clone(),
+                    wgroups,
+                );
+                self.step(
+                    shaders::attn_key(hd32, fin, "attn"),
+                    params,
+                    binds.clone(),
+                    [u(splits)?, u(nh)?, u(t)?],
+                );
+                if !fin {
+                    self.step(
+                        shaders::attn_key(hd32, fin, "combine"),
+                        params,
+                        binds,
+                        [u(nh)?, u(t)?, 1],
+                    );
+                }
+            }
+            Op::ArgMax | Op::TopK { .. } => {
+                let s = shape(ins[0]);
+                let (n, w) = (s[0], s[1]);
+                if n > 65535 {
+                    return Err(unsupported(op, "more than 65535 rows"));
+                }
+                let k = if let Op::TopK { k } = op { *k } else { 1 };
+                let groups = w.div_ceil(4096).clamp(1, 256);
+                let chunk = w.div_ceil(groups);
+                let groups = w.div_ceil(chunk);
+                let x = self.res(ins[0]);
+                let (vout, iout) = match op {
+                    Op::TopK { .. } => (self.res(outs[0]), self.res(outs[1])),
+                    _ => (self.scratch(n * 4), self.res(outs[0])),
+                };
+                if groups == 1 {
+                    self.step(
+                        ShaderKey::new("select"),
+                        p(&[u(n)?, u(w)?, 1, u(k)?, u(chunk)?]),
+                        vec![x, vout, iout],
+                        [1, u(n)?, 1],
+                    );
+                } else {
+                    let vp = self.scratch(n * groups * k * 4);
+                    let ip = self.scratch(n * groups * k * 4);
+                    self.step(
+                        ShaderKey::new("select"),
+                        p(&[u(n)?, u(w)?, u(groups)?, u(k)?, u(chunk)?]),
+                        vec![x, vp, ip],
+                        [u(groups)?, u(n)?, 1],
+                    );
+                    let c = groups * k;
+                    self.step(
+                        ShaderKey::new("select").flag("MERGE"),
+                        p(&[u(n)?, u(c)?, 1, u(k)?, u(c)?]),
+                        vec![vp, ip, vout, iout],
+                        [1, u(n)?, 1],
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lowers every node of `g` (planned by `plan`) into dispatches.
+pub fn lower(
+    g: &Graph,
+    plan: &Plan,
+    max_binding: u64,
+    subgroups: bool,
+) -> Result<Lowered, BackendError> {
+    let mut cx = Ctx {
+        g,
+        plan,
+        max_binding,
+        subgroups,
+        out: Lowered::default(),
+    };
+    for i in 0..g.nodes.len() {
+        cx.node(i)?;
+    }
+    // Inputs the nodes never read still need buffers (they may be outputs).
+    for id in g.inputs() {
+        cx.res(id);
+    }
+    for (name, id) in &g.outputs {
+        if g.tensor(g.storage_root(*id)).kind == TensorKind::Weight {
+            return Err(BackendError::Unsupported {
+                backend: super::NAME.into(),
+                op: "output".into(),
+                msg: format!("output {name} is a weight"),
+            });
+        }
+        let r = cx.res(*id);
+        cx.out.outputs.push((name.clone(), r, *id));
+    }
+    Ok(cx.out)
+}

@@ -1,0 +1,839 @@
+//! The wgpu (Vulkan) backend: WGSL kernels for every graph op, the fallback every user can run.
+//!
+//! - Weights are uploaded as raw bytes (`array<u32>` storage) and decoded in the kernels; a
+//!   tensor larger than the device's largest storage binding is split by rows into parts.
+//! - States are device buffers. A compiled graph owns one pooled buffer per planner slot, a
+//!   buffer per input, scratch for multi-pass ops, and one uniform buffer holding every
+//!   dispatch's params. Bind groups are built once per (weights, states) pair and cached.
+//! - A run writes the inputs, records the whole graph into one compute pass, copies the graph
+//!   outputs into a staging buffer, submits once and reads back only the outputs.
+
+mod device;
+pub mod lower;
+pub mod shaders;
+
+use super::{
+    Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore,
+    WeightsId,
+};
+use crate::graph::{Graph, Plan};
+use crate::tensor::DType;
+use device::Gpu;
+use lower::{Lowered, Res};
+use shaders::{PARAMS, ShaderKey};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(crate) const NAME: &str = "wgpu";
+
+fn dev_err(msg: impl Into<String>) -> BackendError {
+    BackendError::Device {
+        backend: NAME.into(),
+        msg: msg.into(),
+    }
+}
+
+fn bad_handle(what: String) -> BackendError {
+    BackendError::BadHandle {
+        backend: NAME.into(),
+        what,
+    }
+}
+
+/// Construction options (tests use them to exercise rare paths on small data).
+#[derive(Clone, Debug, Default)]
+pub struct WgpuOptions {
+    /// Caps the bytes of one weight binding below the device limit (forces weight splits).
+    pub max_weight_binding: Option<u64>,
+    /// Fills every intermediate buffer with NaN before each run, so unwritten values show.
+    pub poison: bool,
+}
+
+struct Pipe {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    /// Number of storage bindings after the params uniform.
+    storage: usize,
+}
+
+struct WeightPart {
+    buf: wgpu::Buffer,
+}
+
+struct GpuWeight {
+    dtype: DType,
+    shape: Vec<usize>,
+    parts: Vec<WeightPart>,
+}
+
+struct StateSet {
+    decls: Vec<StateDecl>,
+    bufs: Vec<wgpu::Buffer>,
+}
+
+impl StateSet {
+    fn index(&self, name: &str) -> Option<usize> {
+        self.decls.iter().position(|d| d.name == name)
+    }
+}
+
+struct Dispatch {
+    pipe: Arc<Pipe>,
+    params_offset: u64,
+    binds: Vec<Res>,
+    groups: [u32; 3],
+}
+
+struct Exec {
+    graph: Arc<Graph>,
+    low: Lowered,
+    dispatches: Vec<Dispatch>,
+    slots: Vec<wgpu::Buffer>,
+    inputs: Vec<wgpu::Buffer>,
+    scratch: Vec<wgpu::Buffer>,
+    aux: Vec<wgpu::Buffer>,
+    params: wgpu::Buffer,
+    /// Output byte offsets in `staging`, and its size.
+    out_offsets: Vec<u64>,
+    staging: wgpu::Buffer,
+    poison: Vec<u8>,
+    bind_cache: HashMap<(u32, u32), Vec<wgpu::BindGroup>>,
+}
+
+pub struct WgpuBackend {
+    gpu: Gpu,
+    opts: WgpuOptions,
+    /// The largest storage binding (slots, states).
+    max_binding: u64,
+    /// The largest weight part.
+    max_weight_binding: u64,
+    pipes: HashMap<ShaderKey, Arc<Pipe>>,
+    weights: Vec<HashMap<String, GpuWeight>>,
+    states: Vec<Option<StateSet>>,
+    execs: Vec<Exec>,
+}
+
+fn storage_usage() -> wgpu::BufferUsages {
+    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
+}
+
+impl WgpuBackend {
+    /// Opens the preferred adapter (see [`device`]); `Unavailable` when there is none.
+    pub fn new() -> Result<Self, BackendError> {
+        Self::with_options(WgpuOptions::default())
+    }
+
+    pub fn with_options(opts: WgpuOptions) -> Result<Self, BackendError> {
+        let gpu = device::open().map_err(|reason| BackendError::Unavailable {
+            backend: NAME.into(),
+            reason,
+        })?;
+        let dev_max = gpu
+            .limits
+            .max_storage_buffer_binding_size
+            .min(gpu.limits.max_buffer_size);
+        let max_weight_binding = opts
+            .max_weight_binding
+            .map_or(dev_max, |m| m.min(dev_max))
+            .max(256);
+        Ok(WgpuBackend {
+            gpu,
+            opts,
+            max_binding: dev_max,
+            max_weight_binding,
+            pipes: HashMap::new(),
+            weights: Vec::new(),
+            states: Vec::new(),
+            execs: Vec::new(),
+        })
+    }
+
+    /// Whether kernels use subgroup operations on this device.
+    pub fn subgroups(&self) -> bool {
+        self.gpu.subgroups
+    }
+
+    /// Whether the device has f16 shader arithmetic (requested; the kernels do not need it yet).
+    pub fn has_f16(&self) -> bool {
+        self.gpu.f16
+    }
+
+    /// The adapter's name, backend and type.
+    pub fn adapter(&self) -> String {
+        let i = &self.gpu.info;
+        format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+    }
+
+    /// Number of dispatches a compiled graph records per run.
+    pub fn dispatch_count(&self, exe: ExecId) -> Option<usize> {
+        self.execs.get(exe.0 as usize).map(|e| e.dispatches.len())
+    }
+
+    fn take_errors(&self) -> Result<(), BackendError> {
+        let mut errs = self
+            .gpu
+            .errors
+            .lock()
+            .map_err(|_| dev_err("error sink poisoned"))?;
+        if errs.is_empty() {
+            return Ok(());
+        }
+        let msg = errs.join("; ");
+        errs.clear();
+        Err(dev_err(msg))
+    }
+
+    fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.max(4).next_multiple_of(4),
+            usage,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A buffer holding `data` (padded to whole words), written through a mapping.
+    fn buffer_init(
+        &self,
+        label: &str,
+        data: &[u8],
+        usage: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer, BackendError> {
+        let size = (data.len() as u64).max(4).next_multiple_of(4);
+        let buf = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = buf
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| dev_err(format!("mapping {label}: {e}")))?;
+            view.slice(..data.len()).copy_from_slice(data);
+        }
+        buf.unmap();
+        Ok(buf)
+    }
+
+    fn pipe(&mut self, key: &ShaderKey) -> Result<Arc<Pipe>, BackendError> {
+        if let Some(p) = self.pipes.get(key) {
+            return Ok(p.clone());
+        }
+        let src = shaders::source(key).map_err(|m| dev_err(format!("shader {}: {m}", key.file)))?;
+        let module = shaders::validate(&src, self.gpu.subgroups)
+            .map_err(|m| dev_err(format!("shader {} {:?}: {m}", key.file, key)))?;
+        // The bind-group layout is read off the module: binding 0 the params uniform, then
+        // every storage buffer with its access mode.
+        let mut entries = Vec::new();
+        for (_, gv) in module.global_variables.iter() {
+            let Some(rb) = &gv.binding else { continue };
+            let ty = match gv.space {
+                naga::AddressSpace::Uniform => wgpu::BufferBindingType::Uniform,
+                naga::AddressSpace::Storage { access } => wgpu::BufferBindingType::Storage {
+                    read_only: !access.contains(naga::StorageAccess::STORE),
+                },
+                _ => {
+                    return Err(dev_err(format!(
+                        "shader {}: unexpected resource {:?}",
+                        key.file, gv.name
+                    )));
+                }
+            };
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding: rb.binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+        }
+        entries.sort_by_key(|e| e.binding);
+        if entries
+            .iter()
+            .enumerate()
+            .any(|(i, e)| e.binding != i as u32)
+        {
+            return Err(dev_err(format!(
+                "shader {}: bindings are not dense",
+                key.file
+            )));
+        }
+        let dev = &self.gpu.device;
+        let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        let layout = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(key.file),
+            entries: &entries,
+        });
+        let pl = dev.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(key.file),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let sm = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(key.file),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key.file),
+            layout: Some(&pl),
+            module: &sm,
+            entry_point: Some(key.entry),
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(dev_err(format!("pipeline {} {:?}: {e}", key.file, key)));
+        }
+        let p = Arc::new(Pipe {
+            pipeline,
+            layout,
+            storage: entries.len() - 1,
+        });
+        self.pipes.insert(key.clone(), p.clone());
+        Ok(p)
+    }
+
+    /// Copies `(buffer, bytes)` regions into one staging buffer and reads them back.
+    fn read_back(&self, regions: &[(&wgpu::Buffer, u64)]) -> Result<Vec<Vec<u8>>, BackendError> {
+        let total: u64 = regions.iter().map(|(_, n)| n.next_multiple_of(4)).sum();
+        let staging = self.buffer(
+            "readback",
+            total,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let mut off = 0;
+        for (b, n) in regions {
+            let n4 = n.next_multiple_of(4);
+            if n4 > 0 {
+                enc.copy_buffer_to_buffer(b, 0, &staging, off, n4);
+            }
+            off += n4;
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        let bytes = self.map_read(&staging, total)?;
+        let mut out = Vec::new();
+        let mut off = 0usize;
+        for (_, n) in regions {
+            out.push(bytes[off..off + *n as usize].to_vec());
+            off += n.next_multiple_of(4) as usize;
+        }
+        Ok(out)
+    }
+
+    fn map_read(&self, staging: &wgpu::Buffer, total: u64) -> Result<Vec<u8>, BackendError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, .., move |r| {
+            let _ = tx.send(r);
+        });
+        self.gpu
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| dev_err(format!("poll: {e}")))?;
+        rx.recv()
+            .map_err(|_| dev_err("map callback dropped"))?
+            .map_err(|e| dev_err(format!("map: {e}")))?;
+        let data = {
+            let view = staging
+                .get_mapped_range(..total.max(4))
+                .map_err(|e| dev_err(format!("mapped range: {e}")))?;
+            view.to_vec()
+        };
+        staging.unmap();
+        self.take_errors()?;
+        Ok(data)
+    }
+
+    fn state_set(&self, id: StatesId) -> Result<&StateSet, BackendError> {
+        self.states
+            .get(id.0 as usize)
+            .and_then(|s| s.as_ref())
+            .ok_or_else(|| bad_handle(format!("states {}", id.0)))
+    }
+
+    fn missing_state(name: &str) -> BackendError {
+        BackendError::MissingState {
+            backend: NAME.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Checks a run's weights and states against the graph and builds its bind groups.
+    fn bind_groups(
+        &self,
+        e: &Exec,
+        weights: WeightsId,
+        states: StatesId,
+    ) -> Result<Vec<wgpu::BindGroup>, BackendError> {
+        let wset = self
+            .weights
+            .get(weights.0 as usize)
+            .ok_or_else(|| bad_handle(format!("weights {}", weights.0)))?;
+        let sset = self.state_set(states)?;
+        let mut wbufs: Vec<&GpuWeight> = Vec::new();
+        for w in &e.low.weights {
+            let g = wset
+                .get(&w.name)
+                .ok_or_else(|| BackendError::MissingWeight {
+                    backend: NAME.into(),
+                    name: w.name.clone(),
+                })?;
+            if g.dtype != w.dtype || g.shape != w.shape {
+                return Err(BackendError::WeightMismatch {
+                    backend: NAME.into(),
+                    name: w.name.clone(),
+                    got: format!("{} {:?}", g.dtype, g.shape),
+                    want: format!("{} {:?}", w.dtype, w.shape),
+                });
+            }
+            wbufs.push(g);
+        }
+        let mut sbufs: Vec<&wgpu::Buffer> = Vec::new();
+        for id in &e.low.states {
+            let t = e.graph.tensor(*id);
+            let i = sset
+                .index(&t.name)
+                .ok_or_else(|| Self::missing_state(&t.name))?;
+            if sset.decls[i].numel() != t.numel() {
+                return Err(dev_err(format!(
+                    "state {} holds {} values, the graph expects {:?}",
+                    t.name,
+                    sset.decls[i].numel(),
+                    t.shape
+                )));
+            }
+            let b = &sset.bufs[i];
+            if b.size() > self.max_binding {
+                return Err(dev_err(format!(
+                    "state {} ({} bytes) exceeds the largest storage binding ({})",
+                    t.name,
+                    b.size(),
+                    self.max_binding
+                )));
+            }
+            sbufs.push(b);
+        }
+        let resolve = |r: &Res| -> &wgpu::Buffer {
+            match *r {
+                Res::Slot(i) => &e.slots[i],
+                Res::Input(i) => &e.inputs[i],
+                Res::State(i) => sbufs[i],
+                Res::Weight { w, part } => &wbufs[w].parts[part].buf,
+                Res::Scratch(i) => &e.scratch[i],
+                Res::Aux(i) => &e.aux[i],
+            }
+        };
+        let mut groups = Vec::with_capacity(e.dispatches.len());
+        for d in &e.dispatches {
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &e.params,
+                    offset: d.params_offset,
+                    size: wgpu::BufferSize::new((PARAMS * 4) as u64),
+                }),
+            }];
+            for (i, r) in d.binds.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: resolve(r).as_entire_binding(),
+                });
+            }
+            groups.push(
+                self.gpu
+                    .device
+                    .create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: None,
+                        layout: &d.pipe.layout,
+                        entries: &entries,
+                    }),
+            );
+        }
+        self.take_errors()?;
+        Ok(groups)
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> String {
+        format!("wgpu ({})", self.gpu.info.name)
+    }
+
+    fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {
+        let mut set = HashMap::new();
+        for (name, t) in &weights.tensors {
+            let (rb, parts) = lower::split_rows(t.dtype, &t.shape, self.max_weight_binding)
+                .map_err(|m| dev_err(format!("weight {name}: {m}")))?;
+            let rows: usize = parts.iter().map(|p| p.1).sum();
+            let bytes = t.bytes();
+            if bytes.len() != rb * rows {
+                return Err(dev_err(format!(
+                    "weight {name} of {} {:?} holds {} bytes, expected {}",
+                    t.dtype,
+                    t.shape,
+                    bytes.len(),
+                    rb * rows
+                )));
+            }
+            let mut gparts = Vec::new();
+            for (first, n) in parts {
+                let data = &bytes[first * rb..(first + n) * rb];
+                gparts.push(WeightPart {
+                    buf: self.buffer_init(name, data, storage_usage())?,
+                });
+            }
+            set.insert(
+                name.clone(),
+                GpuWeight {
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    parts: gparts,
+                },
+            );
+        }
+        self.take_errors()?;
+        self.weights.push(set);
+        Ok(WeightsId(self.weights.len() as u32 - 1))
+    }
+
+    fn alloc_states(&mut self, decls: &[StateDecl]) -> Result<StatesId, BackendError> {
+        let mut bufs = Vec::with_capacity(decls.len());
+        for (i, d) in decls.iter().enumerate() {
+            if decls[..i].iter().any(|o| o.name == d.name) {
+                return Err(dev_err(format!("state {} declared twice", d.name)));
+            }
+            // New buffers are zero-initialised by wgpu.
+            bufs.push(self.buffer(&d.name, (d.numel() * 4) as u64, storage_usage()));
+        }
+        self.take_errors()?;
+        self.states.push(Some(StateSet {
+            decls: decls.to_vec(),
+            bufs,
+        }));
+        Ok(StatesId(self.states.len() as u32 - 1))
+    }
+
+    fn free_states(&mut self, states: StatesId) -> Result<(), BackendError> {
+        let slot = self
+            .states
+            .get_mut(states.0 as usize)
+            .ok_or_else(|| bad_handle(format!("states {}", states.0)))?;
+        *slot = None;
+        for e in &mut self.execs {
+            e.bind_cache.retain(|k, _| k.1 != states.0);
+        }
+        Ok(())
+    }
+
+    fn read_state(&mut self, states: StatesId, name: &str) -> Result<Vec<f32>, BackendError> {
+        let set = self.state_set(states)?;
+        let i = set.index(name).ok_or_else(|| Self::missing_state(name))?;
+        let n = set.decls[i].numel();
+        let bytes = self.read_back(&[(&set.bufs[i], (n * 4) as u64)])?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes[0]))
+    }
+
+    fn write_state(
+        &mut self,
+        states: StatesId,
+        name: &str,
+        data: &[f32],
+    ) -> Result<(), BackendError> {
+        let set = self.state_set(states)?;
+        let i = set.index(name).ok_or_else(|| Self::missing_state(name))?;
+        if set.decls[i].numel() != data.len() {
+            return Err(BackendError::BadInput {
+                backend: NAME.into(),
+                name: name.into(),
+                msg: format!(
+                    "state holds {} values, got {}",
+                    set.decls[i].numel(),
+                    data.len()
+                ),
+            });
+        }
+        if !data.is_empty() {
+            self.gpu
+                .queue
+                .write_buffer(&set.bufs[i], 0, bytemuck::cast_slice(data));
+        }
+        self.gpu.queue.submit([]);
+        self.take_errors()
+    }
+
+    fn copy_states(&mut self, src: StatesId, dst: StatesId) -> Result<(), BackendError> {
+        let s = self.state_set(src)?;
+        let d = self.state_set(dst)?;
+        if s.decls != d.decls {
+            return Err(dev_err(
+                "copy_states between state sets of different layouts",
+            ));
+        }
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        for (a, b) in s.bufs.iter().zip(&d.bufs) {
+            enc.copy_buffer_to_buffer(a, 0, b, 0, a.size());
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        self.take_errors()
+    }
+
+    fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
+        graph.validate()?;
+        let plan = Plan::new(graph);
+        let low = lower::lower(graph, &plan, self.max_weight_binding, self.gpu.subgroups)?;
+        for (i, b) in plan.slot_bytes.iter().enumerate() {
+            if *b as u64 > self.max_binding {
+                return Err(BackendError::Unsupported {
+                    backend: NAME.into(),
+                    op: "compile".into(),
+                    msg: format!(
+                        "slot {i} needs {b} bytes, above the largest storage binding ({})",
+                        self.max_binding
+                    ),
+                });
+            }
+        }
+        let align =
+            u64::from(self.gpu.limits.min_uniform_buffer_offset_alignment).max(PARAMS as u64 * 4);
+        let mut params = vec![0u8; (low.steps.len().max(1) as u64 * align) as usize];
+        let mut dispatches = Vec::with_capacity(low.steps.len());
+        for (i, s) in low.steps.iter().enumerate() {
+            let pipe = self.pipe(&s.key)?;
+            if pipe.storage != s.binds.len() {
+                return Err(dev_err(format!(
+                    "shader {} declares {} storage bindings, lowering gives {}",
+                    s.key.file,
+                    pipe.storage,
+                    s.binds.len()
+                )));
+            }
+            let off = i as u64 * align;
+            params[off as usize..off as usize + PARAMS * 4]
+                .copy_from_slice(bytemuck::cast_slice(&s.params));
+            dispatches.push(Dispatch {
+                pipe,
+                params_offset: off,
+                binds: s.binds.clone(),
+                groups: s.groups,
+            });
+        }
+        let params = self.buffer_init("params", &params, wgpu::BufferUsages::UNIFORM)?;
+        let slots = plan
+            .slot_bytes
+            .iter()
+            .map(|b| self.buffer("slot", *b as u64, storage_usage()))
+            .collect();
+        let inputs = low
+            .inputs
+            .iter()
+            .map(|id| {
+                self.buffer(
+                    "input",
+                    (graph.tensor(*id).numel() * 4) as u64,
+                    storage_usage(),
+                )
+            })
+            .collect();
+        let scratch = low
+            .scratch
+            .iter()
+            .map(|b| self.buffer("scratch", *b, storage_usage()))
+            .collect();
+        let mut aux = Vec::new();
+        for a in &low.aux {
+            aux.push(self.buffer_init("aux", a, storage_usage())?);
+        }
+        let mut out_offsets = Vec::new();
+        let mut total = 0u64;
+        for (_, _, id) in &low.outputs {
+            out_offsets.push(total);
+            total += (graph.tensor(*id).numel() as u64 * 4).next_multiple_of(4);
+        }
+        let staging = self.buffer(
+            "outputs",
+            total,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
+        let poison = if self.opts.poison {
+            vec![
+                0xffu8;
+                plan.slot_bytes
+                    .iter()
+                    .max()
+                    .copied()
+                    .unwrap_or(0)
+                    .next_multiple_of(4)
+            ]
+        } else {
+            Vec::new()
+        };
+        self.take_errors()?;
+        self.execs.push(Exec {
+            graph: Arc::new(graph.clone()),
+            low,
+            dispatches,
+            slots,
+            inputs,
+            scratch,
+            aux,
+            params,
+            out_offsets,
+            staging,
+            poison,
+            bind_cache: HashMap::new(),
+        });
+        Ok(ExecId(self.execs.len() as u32 - 1))
+    }
+
+    fn run(
+        &mut self,
+        exe: ExecId,
+        weights: WeightsId,
+        states: StatesId,
+        inputs: &[(&str, HostData)],
+    ) -> Result<Vec<(String, HostTensor)>, BackendError> {
+        let e = self
+            .execs
+            .get(exe.0 as usize)
+            .ok_or_else(|| bad_handle(format!("exec {}", exe.0)))?;
+        // Inputs: presence, type and size, then the data checks (ids and positions).
+        let mut data: Vec<&HostData> = Vec::with_capacity(e.low.inputs.len());
+        for id in &e.low.inputs {
+            let t = e.graph.tensor(*id);
+            let bad = |msg: String| BackendError::BadInput {
+                backend: NAME.into(),
+                name: t.name.clone(),
+                msg,
+            };
+            let (_, d) = inputs
+                .iter()
+                .find(|(n, _)| *n == t.name)
+                .ok_or_else(|| bad("not provided".into()))?;
+            if d.dtype() != t.dtype || d.len() != t.numel() {
+                return Err(bad(format!(
+                    "expected {} × {:?}, got {} × {}",
+                    t.dtype,
+                    t.shape,
+                    d.dtype(),
+                    d.len()
+                )));
+            }
+            data.push(d);
+        }
+        for c in &e.low.checks {
+            if let HostData::I32(v) = data[c.input]
+                && let Some((i, x)) = v
+                    .iter()
+                    .enumerate()
+                    .find(|(_, x)| usize::try_from(**x).ok().is_none_or(|x| x >= c.bound))
+            {
+                return Err(BackendError::BadInput {
+                    backend: NAME.into(),
+                    name: e.graph.tensor(e.low.inputs[c.input]).name.clone(),
+                    msg: format!("{} {x} at {i} is outside 0..{}", c.what, c.bound),
+                });
+            }
+        }
+        let key = (weights.0, states.0);
+        if !e.bind_cache.contains_key(&key) {
+            let groups = self.bind_groups(e, weights, states)?;
+            self.execs[exe.0 as usize].bind_cache.insert(key, groups);
+        }
+        let e = &self.execs[exe.0 as usize];
+        // The states must still exist (a freed set drops its cached groups, but be explicit).
+        self.state_set(states)?;
+        let q = &self.gpu.queue;
+        for (buf, d) in e.inputs.iter().zip(&data) {
+            let bytes: &[u8] = match d {
+                HostData::F32(v) => bytemuck::cast_slice(v),
+                HostData::I32(v) => bytemuck::cast_slice(v),
+            };
+            if !bytes.is_empty() {
+                q.write_buffer(buf, 0, bytes);
+            }
+        }
+        if !e.poison.is_empty() {
+            for s in &e.slots {
+                q.write_buffer(s, 0, &e.poison[..s.size() as usize]);
+            }
+        }
+        let groups = &e.bind_cache[&key];
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("graph"),
+                timestamp_writes: None,
+            });
+            for (d, bg) in e.dispatches.iter().zip(groups) {
+                pass.set_pipeline(&d.pipe.pipeline);
+                pass.set_bind_group(0, bg, &[]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            }
+        }
+        let sset = self.state_set(states)?;
+        let mut total = 0u64;
+        for ((_, r, id), off) in e.low.outputs.iter().zip(&e.out_offsets) {
+            let n = (e.graph.tensor(*id).numel() as u64 * 4).next_multiple_of(4);
+            total = off + n;
+            if n == 0 {
+                continue;
+            }
+            let src = match *r {
+                Res::Slot(i) => &e.slots[i],
+                Res::Input(i) => &e.inputs[i],
+                Res::State(i) => {
+                    let name = &e.graph.tensor(e.low.states[i]).name;
+                    &sset.bufs[sset.index(name).ok_or_else(|| Self::missing_state(name))?]
+                }
+                _ => return Err(dev_err("an output lives in a weight or scratch buffer")),
+            };
+            enc.copy_buffer_to_buffer(src, 0, &e.staging, *off, n);
+        }
+        q.submit([enc.finish()]);
+        let bytes = if total > 0 {
+            self.map_read(&e.staging, total)?
+        } else {
+            self.gpu
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|err| dev_err(format!("poll: {err}")))?;
+            self.take_errors()?;
+            Vec::new()
+        };
+        let mut out = Vec::with_capacity(e.low.outputs.len());
+        for ((name, _, id), off) in e.low.outputs.iter().zip(&e.out_offsets) {
+            let t = e.graph.tensor(*id);
+            let off = *off as usize;
+            let b = bytes[off..off + t.numel() * 4].to_vec();
+            out.push((name.clone(), HostTensor::from_bytes(t.dtype, &t.shape, b)));
+        }
+        Ok(out)
+    }
+
+    fn copy_bandwidth(&mut self, bytes: usize) -> Result<f64, BackendError> {
+        let n = (bytes as u64)
+            .clamp(1 << 20, self.gpu.limits.max_buffer_size / 2)
+            .next_multiple_of(4);
+        let a = self.buffer("bw-src", n, storage_usage());
+        let b = self.buffer("bw-dst", n, storage_usage());
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&a, 0, &b, 0, n);
+            let t = std::time::Instant::now();
+            self.gpu.queue.submit([enc.finish()]);
+            self.gpu
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| dev_err(format!("poll: {e}")))?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        self.take_errors()?;
+        Ok(2.0 * n as f64 / best)
+    }
+}

@@ -1,0 +1,300 @@
+//! WGSL generation: the kernel templates in `shaders/*.wgsl` specialised by constants, flags
+//! and the weight types they decode.
+//!
+//! Templates use three line directives: `//#if FLAG` / `//#if !FLAG`, `//#else`, `//#endif`
+//! (nestable) select text by flag; `//#dequant NAME` splices the decoder of the type bound to
+//! the `array<u32>` buffer `NAME` (functions `NAME_dq4(row_byte_offset, element)` and
+//! `NAME_dq1(element)`). Every decoder is written once in `shaders/dequant.wgsl`. The generator
+//! prepends the params uniform and the constants.
+
+use crate::tensor::DType;
+use std::fmt::Write as _;
+
+/// Every template, by name.
+pub const FILES: &[(&str, &str)] = &[
+    ("matmul", include_str!("../../../shaders/matmul.wgsl")),
+    (
+        "matmul_tiled",
+        include_str!("../../../shaders/matmul_tiled.wgsl"),
+    ),
+    ("embed", include_str!("../../../shaders/embed.wgsl")),
+    (
+        "elementwise",
+        include_str!("../../../shaders/elementwise.wgsl"),
+    ),
+    ("copy", include_str!("../../../shaders/copy.wgsl")),
+    ("norm", include_str!("../../../shaders/norm.wgsl")),
+    ("rope", include_str!("../../../shaders/rope.wgsl")),
+    ("conv", include_str!("../../../shaders/conv.wgsl")),
+    ("gdn", include_str!("../../../shaders/gdn.wgsl")),
+    ("attention", include_str!("../../../shaders/attention.wgsl")),
+    ("select", include_str!("../../../shaders/select.wgsl")),
+];
+
+/// The decoder library spliced by `//#dequant`.
+pub const DEQUANT: &str = include_str!("../../../shaders/dequant.wgsl");
+
+/// Weight types the kernels decode (every type the CPU reference dequantizes).
+pub const WEIGHT_TYPES: &[DType] = &[
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Iq4Nl,
+    DType::Iq4Xs,
+];
+
+/// Number of u32 params each dispatch gets (`pu(i)`, `pf(i)` in the kernels).
+pub const PARAMS: usize = 16;
+
+const HEADER: &str = "@group(0) @binding(0) var<uniform> P: array<vec4<u32>, 4>;
+fn pu(i: u32) -> u32 { return P[i >> 2u][i & 3u]; }
+fn pf(i: u32) -> f32 { return bitcast<f32>(pu(i)); }
+";
+
+/// One specialisation of a template.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShaderKey {
+    pub file: &'static str,
+    pub entry: &'static str,
+    pub consts: Vec<(&'static str, u32)>,
+    pub flags: Vec<&'static str>,
+    pub dequant: Vec<(&'static str, DType)>,
+}
+
+impl ShaderKey {
+    pub fn new(file: &'static str) -> Self {
+        ShaderKey {
+            file,
+            entry: "main",
+            consts: Vec::new(),
+            flags: Vec::new(),
+            dequant: Vec::new(),
+        }
+    }
+    pub fn entry(mut self, e: &'static str) -> Self {
+        self.entry = e;
+        self
+    }
+    pub fn c(mut self, name: &'static str, v: u32) -> Self {
+        self.consts.push((name, v));
+        self
+    }
+    pub fn flag(mut self, f: &'static str) -> Self {
+        self.flags.push(f);
+        self
+    }
+    pub fn flag_if(self, on: bool, f: &'static str) -> Self {
+        if on { self.flag(f) } else { self }
+    }
+    pub fn dq(mut self, buffer: &'static str, t: DType) -> Self {
+        self.dequant.push((buffer, t));
+        self
+    }
+}
+
+fn dequant_section(name: &str) -> Option<&'static str> {
+    let marker = format!("//! {name}\n");
+    let start = DEQUANT.find(&marker)? + marker.len();
+    let rest = &DEQUANT[start..];
+    let end = rest.find("\n//! ").map(|e| e + 1).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+fn splice_dequant(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
+    if !WEIGHT_TYPES.contains(&t) {
+        return Err(format!("no WGSL decoder for {t}"));
+    }
+    let bytes = dequant_section("bytes").ok_or("dequant.wgsl lacks the bytes section")?;
+    let body = dequant_section(t.name()).ok_or_else(|| format!("dequant.wgsl lacks {t}"))?;
+    for part in [bytes, body] {
+        out.push_str(&part.replace("$W", buffer).replace("$F", buffer));
+    }
+    Ok(())
+}
+
+/// The full WGSL source of a specialisation.
+pub fn source(key: &ShaderKey) -> Result<String, String> {
+    let tmpl = FILES
+        .iter()
+        .find(|(n, _)| *n == key.file)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| format!("no shader template '{}'", key.file))?;
+    let mut out = String::with_capacity(tmpl.len() + 4096);
+    out.push_str(HEADER);
+    for (name, v) in &key.consts {
+        let _ = writeln!(out, "const {name}: u32 = {v}u;");
+    }
+    // Stack of (this branch active, any enclosing inactive).
+    let mut stack: Vec<(bool, bool)> = Vec::new();
+    let active = |s: &[(bool, bool)]| s.iter().all(|(on, _)| *on);
+    for (ln, line) in tmpl.lines().enumerate() {
+        let t = line.trim();
+        if let Some(cond) = t.strip_prefix("//#if ") {
+            let cond = cond.trim();
+            let (neg, name) = match cond.strip_prefix('!') {
+                Some(n) => (true, n.trim()),
+                None => (false, cond),
+            };
+            let on = key.flags.contains(&name) != neg;
+            stack.push((on, false));
+        } else if t == "//#else" {
+            let top = stack
+                .last_mut()
+                .ok_or_else(|| format!("{}:{}: #else without #if", key.file, ln + 1))?;
+            top.0 = !top.0;
+        } else if t == "//#endif" {
+            stack
+                .pop()
+                .ok_or_else(|| format!("{}:{}: #endif without #if", key.file, ln + 1))?;
+        } else if let Some(buf) = t.strip_prefix("//#dequant ") {
+            if active(&stack) {
+                let buf = buf.trim();
+                let (_, ty) = key
+                    .dequant
+                    .iter()
+                    .find(|(b, _)| *b == buf)
+                    .ok_or_else(|| format!("{}: no weight type given for {buf}", key.file))?;
+                splice_dequant(buf, *ty, &mut out)?;
+            }
+        } else if active(&stack) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !stack.is_empty() {
+        return Err(format!("{}: unterminated #if", key.file));
+    }
+    Ok(out)
+}
+
+/// Input-row buckets of the GEMV kernel (`NB`): the smallest at least N is used.
+pub const GEMV_BUCKETS: &[u32] = &[1, 2, 4, 8, 16, 32, 64];
+pub const GEMV_WG: u32 = 64;
+
+/// A representative set of every template's variants (all flags, every weight type in every
+/// weight slot), for validation without a GPU.
+pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
+    let mut v = Vec::new();
+    for &t in WEIGHT_TYPES {
+        for &nb in GEMV_BUCKETS {
+            for sg in [false, true] {
+                if sg && !subgroups {
+                    continue;
+                }
+                v.push(
+                    ShaderKey::new("matmul")
+                        .c("WG", GEMV_WG)
+                        .c("NB", nb)
+                        .flag_if(sg, "SG")
+                        .dq("W", t),
+                );
+            }
+        }
+        v.push(ShaderKey::new("matmul_tiled").dq("W", t));
+        v.push(ShaderKey::new("embed").dq("W", t));
+        for mode in ["RMS", "ADD", "GATED"] {
+            v.push(ShaderKey::new("norm").flag(mode).dq("W", t));
+        }
+        v.push(ShaderKey::new("conv").dq("W", t));
+        v.push(gdn_key(64, 64, t, DType::F32));
+        v.push(gdn_key(64, 64, DType::F32, t));
+    }
+    v.push(ShaderKey::new("norm").flag("L2"));
+    for dk in [16, 128, 256] {
+        v.push(gdn_key(dk, 32, DType::F32, DType::F32));
+    }
+    for op in ["OP_ADD", "OP_SIGMOID_MUL", "OP_SWIGLU"] {
+        v.push(ShaderKey::new("elementwise").flag(op));
+    }
+    v.push(ShaderKey::new("copy"));
+    v.push(ShaderKey::new("rope"));
+    for hd in [16, 64, 100, 256] {
+        for fin in [false, true] {
+            for e in ["write_kv", "attn", "combine"] {
+                v.push(attn_key(hd, fin, e));
+            }
+        }
+    }
+    for merge in [false, true] {
+        v.push(ShaderKey::new("select").flag_if(merge, "MERGE"));
+    }
+    v
+}
+
+pub fn gdn_key(dk: u32, wg: u32, sa: DType, dt: DType) -> ShaderKey {
+    ShaderKey::new("gdn")
+        .c("WG", wg)
+        .c("DK", dk)
+        .dq("SA", sa)
+        .dq("DT", dt)
+}
+
+pub const ATTN_WG: u32 = 64;
+
+pub fn attn_key(hd: u32, fin: bool, entry: &'static str) -> ShaderKey {
+    ShaderKey::new("attention")
+        .entry(entry)
+        .c("WG", ATTN_WG)
+        .c("HD_MAX", hd.max(1))
+        .c("HD_PT", hd.div_ceil(ATTN_WG).max(1))
+        .flag_if(fin, "FINAL")
+}
+
+/// Parses and validates a source with naga; returns the module for reflection.
+pub fn validate(src: &str, subgroups: bool) -> Result<naga::Module, String> {
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+    let module = naga::front::wgsl::parse_str(src).map_err(|e| e.emit_to_string(src))?;
+    let mut caps = Capabilities::empty();
+    if subgroups {
+        caps |= Capabilities::SUBGROUP;
+    }
+    Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| e.emit_to_string(src))?;
+    Ok(module)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_template_and_variant_validates() {
+        let variants = all_variants(true);
+        for (file, _) in FILES {
+            assert!(
+                variants.iter().any(|k| k.file == *file),
+                "{file}.wgsl has no variant under test"
+            );
+        }
+        let mut failures = Vec::new();
+        for key in &variants {
+            let sg = key.flags.contains(&"SG");
+            match source(key).and_then(|s| validate(&s, sg).map(|_| ())) {
+                Ok(()) => {}
+                Err(e) => failures.push(format!("{key:?}:\n{e}")),
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} invalid variants:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+
+    #[test]
+    fn every_dequant_section_is_reachable() {
+        for t in WEIGHT_TYPES {
+            assert!(dequant_section(t.name()).is_some(), "{t}");
+        }
+    }
+}

@@ -1,0 +1,577 @@
+//! Every graph op on the wgpu backend against the CPU reference, on fresh random inputs with
+//! odd sizes. Intermediate buffers are poisoned with NaN before each run so unwritten values
+//! show; every case runs twice so state updates (and the second run's cached bind groups) are
+//! compared too. Without an adapter the tests print why and pass.
+
+use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
+use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl, WeightStore};
+use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap, TensorId};
+use deltaspec::tensor::{DType, quant};
+use deltaspec::util::rng::Rng;
+
+fn gpu_with(opts: WgpuOptions) -> Option<WgpuBackend> {
+    match WgpuBackend::with_options(WgpuOptions {
+        poison: true,
+        ..opts
+    }) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: no wgpu adapter ({e})");
+            None
+        }
+    }
+}
+
+fn gpu() -> Option<WgpuBackend> {
+    gpu_with(WgpuOptions::default())
+}
+
+/// A graph with everything it needs to run.
+struct Case {
+    g: Graph,
+    w: WeightStore,
+    states: Vec<(StateDecl, Vec<f32>)>,
+    inputs: Vec<(String, HostData)>,
+}
+
+/// Builder helpers that also record the data.
+struct B {
+    b: GraphBuilder,
+    rng: Rng,
+    w: WeightStore,
+    states: Vec<(StateDecl, Vec<f32>)>,
+    inputs: Vec<(String, HostData)>,
+}
+
+impl B {
+    fn new(seed: u64) -> Self {
+        B {
+            b: GraphBuilder::new(),
+            rng: Rng::new(seed),
+            w: WeightStore::default(),
+            states: Vec::new(),
+            inputs: Vec::new(),
+        }
+    }
+    fn input(&mut self, name: &str, shape: &[usize], scale: f32) -> TensorId {
+        let n = shape.iter().product();
+        let v = self.rng.vec_normal(n, scale);
+        self.input_f32(name, shape, v)
+    }
+    fn input_f32(&mut self, name: &str, shape: &[usize], v: Vec<f32>) -> TensorId {
+        self.inputs.push((name.into(), HostData::F32(v)));
+        self.b.input(name, DType::F32, shape).unwrap()
+    }
+    fn input_i32(&mut self, name: &str, v: Vec<i32>) -> TensorId {
+        let n = v.len();
+        self.inputs.push((name.into(), HostData::I32(v)));
+        self.b.input(name, DType::I32, &[n]).unwrap()
+    }
+    fn weight(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        scale: f32,
+        offset: f32,
+    ) -> TensorId {
+        let n = shape.iter().product();
+        let v: Vec<f32> = self
+            .rng
+            .vec_normal(n, scale)
+            .into_iter()
+            .map(|x| x + offset)
+            .collect();
+        let bytes = quant::quantize(dtype, &v).unwrap();
+        self.w
+            .insert(name, HostTensor::from_bytes(dtype, shape, bytes));
+        self.b.weight(name, dtype, shape).unwrap()
+    }
+    fn state(&mut self, name: &str, shape: &[usize], scale: f32) -> TensorId {
+        let n = shape.iter().product();
+        let v = self.rng.vec_normal(n, scale);
+        self.states.push((StateDecl::new(name, shape), v));
+        self.b.state(name, shape).unwrap()
+    }
+    fn out(&mut self, name: &str, id: TensorId) {
+        self.b.output(name, id).unwrap();
+    }
+    fn case(self) -> Case {
+        Case {
+            g: self.b.build(),
+            w: self.w,
+            states: self.states,
+            inputs: self.inputs,
+        }
+    }
+}
+
+/// Outputs of each run, and the final states.
+type RunResult = (Vec<Vec<(String, HostTensor)>>, Vec<Vec<f32>>);
+
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        num += ((*x - *y) as f64).powi(2);
+        den += (*y as f64).powi(2);
+    }
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    (num.sqrt() / den.sqrt().max(1e-30)) as f32
+}
+
+fn run_on(be: &mut dyn Backend, c: &Case, runs: usize) -> RunResult {
+    let w = be.upload_weights(&c.w).unwrap();
+    let decls: Vec<StateDecl> = c.states.iter().map(|s| s.0.clone()).collect();
+    let s = be.alloc_states(&decls).unwrap();
+    for (d, v) in &c.states {
+        be.write_state(s, &d.name, v).unwrap();
+    }
+    let e = be.compile(&c.g).unwrap();
+    let inputs: Vec<(&str, HostData)> = c
+        .inputs
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.clone()))
+        .collect();
+    let outs = (0..runs)
+        .map(|_| be.run(e, w, s, &inputs).unwrap())
+        .collect();
+    let states = decls
+        .iter()
+        .map(|d| be.read_state(s, &d.name).unwrap())
+        .collect();
+    (outs, states)
+}
+
+/// Runs `c` twice on both backends and compares every output and state.
+fn check(gpu: &mut WgpuBackend, c: &Case, tol: f32, label: &str) {
+    let mut cpu = backend::create("cpu").unwrap();
+    let (want, want_s) = run_on(cpu.as_mut(), c, 2);
+    let (got, got_s) = run_on(gpu, c, 2);
+    for (run, (w, g)) in want.iter().zip(&got).enumerate() {
+        for ((name, wt), (gname, gt)) in w.iter().zip(g) {
+            assert_eq!(name, gname);
+            assert_eq!(wt.shape, gt.shape, "{label}: {name}");
+            assert_eq!(wt.dtype, gt.dtype, "{label}: {name}");
+            if wt.dtype == DType::I32 {
+                assert_eq!(wt.to_i32(), gt.to_i32(), "{label}: {name} (run {run})");
+            } else {
+                let (a, b) = (gt.to_f32().unwrap(), wt.to_f32().unwrap());
+                let nan_b = b.iter().filter(|x| x.is_nan()).count();
+                let nan_a = a.iter().filter(|x| x.is_nan()).count();
+                assert_eq!(
+                    nan_a, nan_b,
+                    "{label}: {name} (run {run}): NaN count (unwritten values?)"
+                );
+                let fa: Vec<f32> = a
+                    .iter()
+                    .map(|x| if x.is_nan() { 0.0 } else { *x })
+                    .collect();
+                let fb: Vec<f32> = b
+                    .iter()
+                    .map(|x| if x.is_nan() { 0.0 } else { *x })
+                    .collect();
+                let e = rel_err(&fa, &fb);
+                assert!(
+                    e <= tol,
+                    "{label}: {name} (run {run}): relative error {e:e} > {tol:e}"
+                );
+            }
+        }
+    }
+    for ((d, _), (w, g)) in c.states.iter().zip(want_s.iter().zip(&got_s)) {
+        let e = rel_err(g, w);
+        assert!(
+            e <= tol,
+            "{label}: state {} relative error {e:e} > {tol:e}",
+            d.name
+        );
+    }
+}
+
+const FLOAT_TYPES: &[DType] = &[DType::F32, DType::F16, DType::BF16];
+const BLOCK32: &[DType] = &[
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Iq4Nl,
+];
+const BLOCK256: &[DType] = &[DType::Q4K, DType::Q5K, DType::Q6K, DType::Iq4Xs];
+
+fn all_types() -> Vec<DType> {
+    FLOAT_TYPES
+        .iter()
+        .chain(BLOCK32)
+        .chain(BLOCK256)
+        .copied()
+        .collect()
+}
+
+/// A row length of type `t` that is not a multiple of 64 where the blocks allow it.
+fn odd_k(t: DType) -> usize {
+    match t.block_elems() {
+        1 => 67,
+        32 => 96,
+        _ => 256 * 3,
+    }
+}
+
+fn tol(t: DType) -> f32 {
+    if FLOAT_TYPES.contains(&t) { 1e-5 } else { 1e-4 }
+}
+
+#[test]
+fn matmul_every_type_and_width() {
+    let Some(mut g) = gpu() else { return };
+    for (i, t) in all_types().into_iter().enumerate() {
+        let k = odd_k(t);
+        let mut b = B::new(100 + i as u64);
+        let w = b.weight("w", t, &[37, k], 0.5, 0.0);
+        for n in [1usize, 3, 17, 64, 70] {
+            let x = b.input(&format!("x{n}"), &[n, k], 1.0);
+            let y = b.b.matmul(x, w).unwrap();
+            b.out(&format!("y{n}"), y);
+        }
+        check(&mut g, &b.case(), tol(t), &format!("matmul {t}"));
+    }
+}
+
+#[test]
+fn matmul_and_embed_with_split_weights() {
+    // 3 KiB bindings: a 37 × 256 Q8_0 weight (272 B rows) splits into 4 parts.
+    let Some(mut g) = gpu_with(WgpuOptions {
+        max_weight_binding: Some(3 << 10),
+        ..Default::default()
+    }) else {
+        return;
+    };
+    for t in [DType::Q8_0, DType::F32, DType::Q6K] {
+        let mut b = B::new(7);
+        let k = if t.block_elems() == 256 { 256 } else { 64 };
+        let w = b.weight("w", t, &[37, k], 0.5, 0.0);
+        for n in [1usize, 5, 70] {
+            let x = b.input(&format!("x{n}"), &[n, k], 1.0);
+            let y = b.b.matmul(x, w).unwrap();
+            b.out(&format!("y{n}"), y);
+        }
+        let ids = b.input_i32("ids", vec![0, 36, 5, 17, 36, 9, 30]);
+        let e = b.b.embed(w, ids).unwrap();
+        b.out("e", e);
+        check(&mut g, &b.case(), tol(t), &format!("split {t}"));
+    }
+}
+
+#[test]
+fn matmul_with_an_activation_as_weight() {
+    let Some(mut g) = gpu() else { return };
+    let mut b = B::new(3);
+    let x = b.input("x", &[5, 33], 1.0);
+    let w = b.input("w", &[9, 33], 1.0);
+    let y = b.b.matmul(x, w).unwrap();
+    b.out("y", y);
+    check(&mut g, &b.case(), 1e-5, "matmul x·aᵀ");
+}
+
+#[test]
+fn embed_every_type() {
+    let Some(mut g) = gpu() else { return };
+    for (i, t) in all_types().into_iter().enumerate() {
+        let d = odd_k(t);
+        let mut b = B::new(200 + i as u64);
+        let table = b.weight("tok", t, &[50, d], 1.0, 0.0);
+        let ids = b.input_i32("ids", vec![3, 49, 0, 3, 17]);
+        let y = b.b.embed(table, ids).unwrap();
+        b.out("y", y);
+        let one = b.input_i32("one", vec![11]);
+        let y1 = b.b.embed(table, one).unwrap();
+        b.out("y1", y1);
+        check(&mut g, &b.case(), 0.0, &format!("embed {t}"));
+    }
+}
+
+#[test]
+fn embed_rejects_bad_ids() {
+    let Some(mut g) = gpu() else { return };
+    let mut b = B::new(1);
+    let table = b.weight("tok", DType::F32, &[10, 8], 1.0, 0.0);
+    let ids = b.input_i32("ids", vec![3, 10]);
+    let y = b.b.embed(table, ids).unwrap();
+    b.out("y", y);
+    let c = b.case();
+    let w = g.upload_weights(&c.w).unwrap();
+    let s = g.alloc_states(&[]).unwrap();
+    let e = g.compile(&c.g).unwrap();
+    let err = g
+        .run(e, w, s, &[("ids", HostData::I32(vec![3, 10]))])
+        .unwrap_err();
+    assert!(
+        matches!(err, backend::BackendError::BadInput { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn elementwise_slices_and_views() {
+    let Some(mut g) = gpu() else { return };
+    let mut b = B::new(4);
+    let x = b.input("x", &[5, 67], 2.0);
+    let y = b.input("y", &[5, 67], 2.0);
+    let a = b.b.add(x, y).unwrap();
+    let s = b.b.sigmoid_mul(x, y).unwrap();
+    let w = b.b.swiglu(x, y).unwrap();
+    b.out("add", a);
+    b.out("sigmoid_mul", s);
+    b.out("swiglu", w);
+    let big = b.input("big", &[3, 70001], 10.0);
+    let big2 = b.input("big2", &[3, 70001], 10.0);
+    let sw = b.b.swiglu(big, big2).unwrap();
+    b.out("swiglu_big", sw);
+    let r = b.b.reshape(a, &[5, 1, 67]).unwrap();
+    let sl = b.b.slice_last(r, 13, 29).unwrap();
+    b.out("slice", sl);
+    let rows = b.b.rows(s, 2, 3).unwrap();
+    b.out("rows", rows);
+    let last = b.b.rows(w, 4, 1).unwrap();
+    b.out("last", last);
+    check(&mut g, &b.case(), 1e-5, "elementwise");
+}
+
+#[test]
+fn norms() {
+    let Some(mut g) = gpu() else { return };
+    for t in [DType::F32, DType::F16, DType::BF16] {
+        let mut b = B::new(5);
+        let x = b.input("x", &[5, 3, 67], 3.0);
+        let r = b.input("r", &[5, 3, 67], 3.0);
+        let w = b.weight("w", t, &[67], 0.2, 1.0);
+        let y = b.b.rms_norm(x, w, 1e-6).unwrap();
+        b.out("rms", y);
+        let (s, n) = b.b.add_rms_norm(x, r, w, 1e-5).unwrap();
+        b.out("sum", s);
+        b.out("normed", n);
+        let xg = b.input("xg", &[5, 4, 16], 1.0);
+        let z = b.input("z", &[5, 64], 2.0);
+        let wg = b.weight("wg", t, &[16], 0.2, 1.0);
+        let gy = b.b.gated_rms_norm(xg, z, wg, 1e-6).unwrap();
+        b.out("gated", gy);
+        let l2 = b.b.l2_norm(x, 1e-6, 0.25).unwrap();
+        b.out("l2", l2);
+        let wide = b.input("wide", &[2, 5000], 1.0);
+        let ww = b.weight("ww", t, &[5000], 0.2, 1.0);
+        let wy = b.b.rms_norm(wide, ww, 1e-6).unwrap();
+        b.out("wide", wy);
+        check(&mut g, &b.case(), 1e-5, &format!("norms {t}"));
+    }
+    // More rows than one grid dimension holds.
+    let mut b = B::new(6);
+    let x = b.input("x", &[65600, 2], 1.0);
+    let y = b.b.l2_norm(x, 1e-6, 1.0).unwrap();
+    b.out("l2", y);
+    check(&mut g, &b.case(), 1e-5, "norm 2-D grid");
+}
+
+#[test]
+fn rope() {
+    let Some(mut g) = gpu() else { return };
+    for (pos, rot) in [
+        (vec![0, 1, 2, 3, 4], 16),
+        (vec![7], 64),
+        (vec![1000, 4095, 65000, 262143, 99], 32),
+    ] {
+        let t = pos.len();
+        let mut b = B::new(8);
+        let x = b.input("x", &[t, 3, 64], 1.0);
+        let p = b.input_i32("pos", pos);
+        let y = b.b.rope(x, p, rot, 1e7).unwrap();
+        b.out("y", y);
+        check(&mut g, &b.case(), 1e-5, &format!("rope rot {rot}"));
+    }
+}
+
+#[test]
+fn conv_step() {
+    let Some(mut g) = gpu() else { return };
+    for t in [1usize, 2, 5] {
+        for wt in [DType::F32, DType::F16] {
+            let mut b = B::new(9 + t as u64);
+            let x = b.input("x", &[t, 70], 1.0);
+            let w = b.weight("w", wt, &[70, 4], 0.5, 0.0);
+            let s = b.state("conv", &[3, 70], 1.0);
+            let y = b.b.conv_step(x, w, s).unwrap();
+            b.out("y", y);
+            check(&mut g, &b.case(), 1e-5, &format!("conv T={t} {wt}"));
+        }
+    }
+}
+
+#[test]
+fn gated_delta_net() {
+    let Some(mut g) = gpu() else { return };
+    let shapes = [
+        (2, 6, 16, 24),
+        (1, 3, 32, 40),
+        (2, 4, 64, 64),
+        (1, 1, 128, 128),
+    ];
+    for (nk, nv, dk, dv) in shapes {
+        for map in [HeadMap::Tiled, HeadMap::Grouped] {
+            for t in [1usize, 5] {
+                if dk == 128 && t == 5 {
+                    continue;
+                }
+                let p = GdnParams {
+                    nk,
+                    nv,
+                    dk,
+                    dv,
+                    head_map: map,
+                    l2_eps: 1e-6,
+                };
+                let mut b = B::new(11 + t as u64);
+                let qkv = b.input("qkv", &[t, p.conv_dim()], 1.0);
+                let beta = b.input("b", &[t, nv], 1.0);
+                let alpha = b.input("a", &[t, nv], 2.0);
+                let ssm_a = b.weight("ssm_a", DType::F32, &[nv], 0.5, -1.0);
+                let dt = b.weight("dt", DType::F32, &[nv], 0.5, 0.0);
+                let st = b.state("ssm", &[nv, dk, dv], 0.3);
+                let o =
+                    b.b.gated_delta_net(p, qkv, beta, alpha, ssm_a, dt, st)
+                        .unwrap();
+                b.out("o", o);
+                check(
+                    &mut g,
+                    &b.case(),
+                    1e-5,
+                    &format!("gdn {nk}/{nv} {dk}×{dv} {map:?} T={t}"),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn attention() {
+    let Some(mut g) = gpu() else { return };
+    // (heads, kv heads, head dim, cache rows, positions)
+    let cases: Vec<(usize, usize, usize, usize, Vec<i32>)> = vec![
+        (4, 2, 16, 64, vec![0]),
+        (4, 2, 16, 64, vec![10, 11, 12, 13, 14]),
+        (4, 2, 16, 64, vec![63]),
+        (4, 1, 100, 600, vec![300]),
+        (4, 2, 16, 600, vec![500, 501, 502, 503, 504]),
+        (2, 2, 64, 1000, vec![0, 1, 2]),
+        (6, 2, 256, 300, vec![299]),
+    ];
+    for (nh, nkv, hd, cap, pos) in cases {
+        let t = pos.len();
+        let p = AttnParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let mut b = B::new(21 + cap as u64);
+        let q = b.input("q", &[t, nh, hd], 1.0);
+        let k = b.input("k", &[t, nkv, hd], 1.0);
+        let v = b.input("v", &[t, nkv, hd], 1.0);
+        let ps = b.input_i32("pos", pos.clone());
+        let kc = b.state("kc", &[cap, nkv, hd], 1.0);
+        let vc = b.state("vc", &[cap, nkv, hd], 1.0);
+        let o = b.b.attention(p, q, k, v, ps, kc, vc).unwrap();
+        b.out("o", o);
+        check(
+            &mut g,
+            &b.case(),
+            1e-5,
+            &format!("attention {nh}/{nkv}×{hd} cap {cap} pos {pos:?}"),
+        );
+    }
+}
+
+#[test]
+fn attention_non_causal() {
+    let Some(mut g) = gpu() else { return };
+    // (cache rows, positions, window)
+    let cases: Vec<(usize, Vec<i32>, usize)> = vec![
+        (64, vec![20, 21, 22, 23, 24], 0),
+        (64, vec![20, 21, 22, 23, 24], 2),
+        (600, vec![400, 401, 402], 0),
+        (600, vec![400, 401, 402, 403, 404, 405, 406], 3),
+    ];
+    for (cap, pos, window) in cases {
+        let (nh, nkv, hd, t) = (4, 2, 32, pos.len());
+        let p = AttnParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let mut b = B::new(41 + cap as u64);
+        let q = b.input("q", &[t, nh, hd], 1.0);
+        let k = b.input("k", &[t, nkv, hd], 1.0);
+        let v = b.input("v", &[t, nkv, hd], 1.0);
+        let ps = b.input_i32("pos", pos.clone());
+        let kc = b.state("kc", &[cap, nkv, hd], 1.0);
+        let vc = b.state("vc", &[cap, nkv, hd], 1.0);
+        let o =
+            b.b.attention_non_causal(p, window, q, k, v, ps, kc, vc)
+                .unwrap();
+        b.out("o", o);
+        check(
+            &mut g,
+            &b.case(),
+            1e-5,
+            &format!("non-causal cap {cap} pos {pos:?} window {window}"),
+        );
+    }
+}
+
+#[test]
+fn argmax_and_top_k() {
+    let Some(mut g) = gpu() else { return };
+    for w in [10usize, 70001] {
+        let mut rng = Rng::new(31);
+        let mut x = rng.vec_normal(3 * w, 1.0);
+        // Ties, signed zeros and a NaN.
+        x[5] = 9.0;
+        x[7] = 9.0;
+        x[w + 1] = 0.0;
+        x[w + 3] = -0.0;
+        for v in &mut x[w..2 * w] {
+            *v = v.min(0.0);
+        }
+        x[2 * w + w / 2] = f32::NAN;
+        let mut b = B::new(32);
+        let xi = b.input_f32("x", &[3, w], x);
+        let am = b.b.argmax(xi).unwrap();
+        b.out("argmax", am);
+        for k in [1usize, 5, 10] {
+            let (v, i) = b.b.top_k(xi, k).unwrap();
+            b.out(&format!("v{k}"), v);
+            b.out(&format!("i{k}"), i);
+        }
+        if w > 40 {
+            let (v, i) = b.b.top_k(xi, 40).unwrap();
+            b.out("v40", v);
+            b.out("i40", i);
+        }
+        check(&mut g, &b.case(), 0.0, &format!("select W={w}"));
+    }
+}
+
+#[test]
+fn create_by_name() {
+    match backend::create("wgpu") {
+        Ok(b) => assert!(b.name().starts_with("wgpu")),
+        Err(e) => {
+            assert!(
+                matches!(e, backend::BackendError::Unavailable { .. }),
+                "{e}"
+            );
+            eprintln!("skipped: no wgpu adapter ({e})");
+        }
+    }
+}
