@@ -4,6 +4,8 @@
 
 mod backends;
 mod bench;
+mod convert;
+mod draft;
 mod generate;
 mod info;
 mod logits;
@@ -45,6 +47,10 @@ pub enum Command {
     /// Speed measurements.
     #[command(subcommand)]
     Bench(bench::Which),
+    /// Converts a drafter checkpoint to GGUF (`--draft <hf-dir>`: a z-lab DFlash drafter).
+    Convert(convert::Args),
+    /// One DFlash draft after a committed context; writes draft_logits and draft_tokens.
+    Draft(draft::Args),
 }
 
 /// Runs the CLI with the process arguments and returns the exit code.
@@ -75,5 +81,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Synth(a) => synth::run(&a),
         Command::Backends { json } => backends::run(json),
         Command::Bench(w) => bench::run(&w),
+        Command::Convert(a) => convert::run(&a),
+        Command::Draft(a) => draft::run(&a),
     }
 }

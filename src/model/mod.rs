@@ -2,6 +2,7 @@
 //! their weights from GGUF files or Hugging Face checkpoints.
 
 pub mod config;
+pub mod draft;
 pub mod qwen35;
 pub mod session;
 pub mod synth;

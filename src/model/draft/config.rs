@@ -1,0 +1,181 @@
+//! Hyper-parameters of a DFlash drafter (GGUF arch `qwen35-dflash-draft`), and the checks that
+//! tie a drafter to its target.
+
+use crate::model::{ModelError, Qwen35Config};
+
+/// YaRN RoPE scaling as the drafter declares it (`{A}.rope.scaling.*`).
+///
+/// Read and stored; the drafter graph does not apply it yet and refuses to build when
+/// `factor > 1` (see [`DFlashConfig::check_supported`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct YarnScaling {
+    pub factor: f32,
+    pub original_context_length: usize,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DFlashConfig {
+    pub n_layers: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    /// The vocabulary the drafter was trained with (`{A}.vocab_size`), if declared. It must equal
+    /// the target's: the drafter uses the target's embedding and lm_head.
+    pub vocab: Option<usize>,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub eps: f32,
+    /// Full-head-dim NeoX RoPE base.
+    pub rope_theta: f32,
+    pub rope_scaling: Option<YarnScaling>,
+    pub context_length: usize,
+    /// Block rows per draft: the last committed token plus `block_size - 1` masks.
+    pub block_size: usize,
+    pub mask_token_id: u32,
+    /// How many target layers feed the context (`fc` takes `n_target_layers · hidden`).
+    pub n_target_layers: usize,
+    /// The target layers whose outputs (raw residual after the layer) form the context feature,
+    /// in concatenation order. Read from the drafter, never derived.
+    pub target_layer_ids: Vec<usize>,
+    /// Depth of the target the drafter was trained for (z-lab `num_target_layers`), if declared.
+    pub target_block_count: Option<usize>,
+    /// Window of the sliding-attention layers (HF bidirectional: `|q − k| ≤ window`).
+    pub sliding_window: Option<usize>,
+    /// Per layer: whether it is a sliding-window layer.
+    pub sliding_layers: Vec<bool>,
+}
+
+impl DFlashConfig {
+    /// Width of one context feature row (`fc`'s input).
+    pub fn feature_width(&self) -> usize {
+        self.n_target_layers * self.hidden
+    }
+
+    /// The window of layer `i` (0 = unlimited).
+    pub fn window(&self, i: usize) -> usize {
+        match (self.sliding_layers.get(i), self.sliding_window) {
+            (Some(true), Some(w)) => w,
+            _ => 0,
+        }
+    }
+
+    /// Checks the numbers fit together, naming the first that does not.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let bad = |m: String| Err(ModelError::Config(format!("dflash drafter: {m}")));
+        if self.n_layers == 0 || self.hidden == 0 || self.ffn == 0 {
+            return bad("layers, hidden and ffn sizes must be positive".into());
+        }
+        if self.n_heads == 0
+            || self.n_kv_heads == 0
+            || !self.n_heads.is_multiple_of(self.n_kv_heads)
+        {
+            return bad(format!(
+                "{} q heads over {} kv heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head dim {} must be even and positive",
+                self.head_dim
+            ));
+        }
+        if self.block_size < 2 {
+            return bad(format!(
+                "block size {} (needs at least 2: the last token and one mask)",
+                self.block_size
+            ));
+        }
+        if self.n_target_layers == 0 || self.target_layer_ids.len() != self.n_target_layers {
+            return bad(format!(
+                "{} target layer ids for n_target_layers = {}",
+                self.target_layer_ids.len(),
+                self.n_target_layers
+            ));
+        }
+        if self.sliding_layers.len() != self.n_layers {
+            return bad(format!(
+                "a sliding-window pattern of {} entries for {} layers",
+                self.sliding_layers.len(),
+                self.n_layers
+            ));
+        }
+        if self.sliding_layers.contains(&true) && self.sliding_window.is_none_or(|w| w == 0) {
+            return bad("sliding-window layers without a positive window".into());
+        }
+        if self.eps.is_nan() || self.eps <= 0.0 {
+            return bad(format!("rms eps {} must be positive", self.eps));
+        }
+        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
+            return bad(format!("rope theta {} must be positive", self.rope_theta));
+        }
+        Ok(())
+    }
+
+    /// Refuses a drafter that does not fit `target`, saying which number disagrees.
+    pub fn check_target(&self, target: &Qwen35Config) -> Result<(), ModelError> {
+        let bad = |m: String| {
+            Err(ModelError::Config(format!(
+                "drafter does not fit the target: {m}"
+            )))
+        };
+        if self.hidden != target.hidden {
+            return bad(format!(
+                "hidden size {} vs the target's {}",
+                self.hidden, target.hidden
+            ));
+        }
+        if let Some(v) = self.vocab
+            && v != target.vocab
+        {
+            return bad(format!("vocab {v} vs the target's {}", target.vocab));
+        }
+        if self.mask_token_id as usize >= target.vocab {
+            return bad(format!(
+                "mask token {} is outside the target's vocab of {}",
+                self.mask_token_id, target.vocab
+            ));
+        }
+        if let Some(n) = self.target_block_count
+            && n != target.n_layers
+        {
+            return bad(format!(
+                "trained for a target of {n} layers, the target has {}",
+                target.n_layers
+            ));
+        }
+        if self.n_target_layers > target.n_layers {
+            return bad(format!(
+                "{} target layers captured, the target has {}",
+                self.n_target_layers, target.n_layers
+            ));
+        }
+        if let Some(&id) = self
+            .target_layer_ids
+            .iter()
+            .find(|&&id| id >= target.n_layers)
+        {
+            return bad(format!(
+                "target layer id {id} is out of range (the target has {} layers)",
+                target.n_layers
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses configurations the graph does not implement yet.
+    pub fn check_supported(&self) -> Result<(), ModelError> {
+        if let Some(y) = &self.rope_scaling
+            && y.factor > 1.0
+        {
+            return Err(ModelError::Config(format!(
+                "dflash drafter: YaRN RoPE scaling (factor {}, original context {}) is read but \
+                 not implemented in the drafter graph yet",
+                y.factor, y.original_context_length
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,208 @@
+//! Binds a `qwen35-dflash-draft` GGUF file: config from `{arch}.*` keys, weights zero-copy.
+
+use super::config::{DFlashConfig, YarnScaling};
+use super::{ARCH, DFlash, names};
+use crate::backend::{HostTensor, WeightStore};
+use crate::gguf::GgufFile;
+use crate::model::ModelError;
+use std::path::Path;
+
+fn cfg_err(msg: String) -> ModelError {
+    ModelError::Config(format!("dflash drafter: {msg}"))
+}
+
+/// The sliding-window layers: `{A}.attention.sliding_window_pattern` (bool per layer), if any.
+fn sliding(
+    f: &GgufFile,
+    a: &str,
+    n_layers: usize,
+) -> Result<(Option<usize>, Vec<bool>), ModelError> {
+    let window = match f.get(&format!("{a}.attention.sliding_window")) {
+        Some(_) => Some(f.get_u64(&format!("{a}.attention.sliding_window"))? as usize),
+        None => None,
+    };
+    let key = format!("{a}.attention.sliding_window_pattern");
+    let pattern = if f.get(&key).is_some() {
+        let p = f.get_bool_array(&key)?;
+        if p.len() != n_layers {
+            return Err(cfg_err(format!(
+                "{key} has {} entries for {n_layers} layers",
+                p.len()
+            )));
+        }
+        p
+    } else {
+        vec![false; n_layers]
+    };
+    Ok((window, pattern))
+}
+
+/// YaRN keys (`{A}.rope.scaling.*`); both beta spellings are accepted.
+fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
+    let k = |s: &str| format!("{a}.rope.scaling.{s}");
+    let Some(ty) = f.get(&k("type")) else {
+        return Ok(None);
+    };
+    let ty = ty
+        .as_str()
+        .ok_or_else(|| cfg_err(format!("{} is not a string", k("type"))))?;
+    if ty == "none" || ty == "linear" && f.get(&k("factor")).is_none() {
+        return Ok(None);
+    }
+    if ty != "yarn" {
+        return Err(cfg_err(format!(
+            "rope scaling type '{ty}' is not supported"
+        )));
+    }
+    let num = |names: &[&str], default: Option<f32>| -> Result<f32, ModelError> {
+        for n in names {
+            if f.get(&k(n)).is_some() {
+                return Ok(f.get_f32(&k(n))?);
+            }
+        }
+        default.ok_or_else(|| cfg_err(format!("{} is missing", k(names[0]))))
+    };
+    Ok(Some(YarnScaling {
+        factor: num(&["factor"], None)?,
+        original_context_length: num(&["original_context_length"], None)? as usize,
+        beta_fast: num(&["beta_fast", "yarn_beta_fast"], Some(32.0))?,
+        beta_slow: num(&["beta_slow", "yarn_beta_slow"], Some(1.0))?,
+    }))
+}
+
+pub(super) fn config_from_gguf(f: &GgufFile) -> Result<DFlashConfig, ModelError> {
+    let a = f.architecture()?;
+    if a != ARCH {
+        return Err(cfg_err(format!(
+            "architecture '{a}' is not a DFlash drafter (expected {ARCH})"
+        )));
+    }
+    let k = |s: &str| format!("{a}.{s}");
+    let u = |s: &str| -> Result<usize, ModelError> { Ok(f.get_u64(&k(s))? as usize) };
+    let opt_u = |s: &str| -> Result<Option<usize>, ModelError> {
+        match f.get(&k(s)) {
+            Some(_) => Ok(Some(u(s)?)),
+            None => Ok(None),
+        }
+    };
+    let n_layers = u("block_count")?;
+    let hidden = u("embedding_length")?;
+    let n_heads = u("attention.head_count")?;
+    let head_dim = match opt_u("attention.key_length")? {
+        Some(d) => d,
+        None if n_heads > 0 => hidden / n_heads,
+        None => 0,
+    };
+    if let Some(vl) = opt_u("attention.value_length")?
+        && vl != head_dim
+    {
+        return Err(cfg_err(format!(
+            "value_length {vl} differs from key_length {head_dim}"
+        )));
+    }
+    let n_target_layers = u("dflash.n_target_layers")?;
+    let ids_key = k("dflash.target_layer_ids");
+    if f.get(&ids_key).is_none() {
+        return Err(cfg_err(format!(
+            "{ids_key} is missing (target layer ids are never derived)"
+        )));
+    }
+    let target_layer_ids = f
+        .get_i64_array(&ids_key)?
+        .into_iter()
+        .map(|v| usize::try_from(v).map_err(|_| cfg_err(format!("{ids_key} holds {v}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mask = f.get_u64(&k("dflash.mask_token_id"))?;
+    let mask_token_id =
+        u32::try_from(mask).map_err(|_| cfg_err(format!("mask token id {mask} is too large")))?;
+    let (sliding_window, sliding_layers) = sliding(f, a, n_layers)?;
+    Ok(DFlashConfig {
+        n_layers,
+        hidden,
+        ffn: u("feed_forward_length")?,
+        vocab: opt_u("vocab_size")?,
+        n_heads,
+        n_kv_heads: u("attention.head_count_kv")?,
+        head_dim,
+        eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+        rope_theta: f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0),
+        rope_scaling: yarn(f, a)?,
+        context_length: opt_u("context_length")?.unwrap_or(32_768),
+        block_size: u("dflash.block_size")?,
+        mask_token_id,
+        n_target_layers,
+        target_layer_ids,
+        target_block_count: opt_u("dflash.target_block_count")?,
+        sliding_window,
+        sliding_layers,
+    })
+}
+
+/// Every tensor the drafter graph binds, with its shape (row-major).
+pub(crate) fn expected_tensors(c: &DFlashConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, q, kv) = (c.hidden, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
+    let mut v = vec![
+        (names::FC.to_string(), vec![h, c.feature_width()]),
+        (names::HIDDEN_NORM.to_string(), vec![h]),
+        (names::OUTPUT_NORM.to_string(), vec![h]),
+    ];
+    for i in 0..c.n_layers {
+        for (suffix, shape) in names::LAYER.iter().zip([
+            vec![h],
+            vec![h],
+            vec![q, h],
+            vec![kv, h],
+            vec![kv, h],
+            vec![h, q],
+            vec![c.head_dim],
+            vec![c.head_dim],
+            vec![c.ffn, h],
+            vec![c.ffn, h],
+            vec![h, c.ffn],
+        ]) {
+            v.push((names::blk(i, suffix), shape));
+        }
+    }
+    v
+}
+
+pub(crate) fn check_weights(c: &DFlashConfig, store: &WeightStore) -> Result<(), ModelError> {
+    for (name, shape) in expected_tensors(c) {
+        let t = store.get(&name).ok_or_else(|| ModelError::Weight {
+            name: name.clone(),
+            msg: "missing from the drafter".into(),
+        })?;
+        if t.shape != shape {
+            return Err(ModelError::Weight {
+                name,
+                msg: format!("has shape {:?}, the config implies {:?}", t.shape, shape),
+            });
+        }
+        if !t.dtype.is_dequantizable() {
+            return Err(ModelError::Weight {
+                name,
+                msg: format!("type {} is not supported", t.dtype),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn load(path: &Path) -> Result<DFlash, ModelError> {
+    let f = GgufFile::open(path)?;
+    let cfg = config_from_gguf(&f)?;
+    cfg.validate()?;
+    let mut weights = WeightStore::default();
+    for t in &f.tensors {
+        weights.insert(
+            t.name.clone(),
+            HostTensor {
+                dtype: t.dtype,
+                shape: t.shape(),
+                data: f.tensor_data(t),
+            },
+        );
+    }
+    check_weights(&cfg, &weights)?;
+    Ok(DFlash { cfg, weights })
+}

@@ -1,0 +1,181 @@
+//! The cached-KV DFlash draft graph.
+//!
+//! One run appends `tc` newly committed context rows to the drafter's per-layer K/V caches and
+//! drafts one block:
+//!
+//! ```text
+//! ctx  = RMSNorm(fc(feat); hidden_norm)                      [tc, H]   (new committed rows)
+//! per layer: K/V of ctx (k_norm, RoPE at cpos) written at cache rows cpos
+//! h    = target_embed([last, MASK × (B−1)])                   [B, H]    at positions pos
+//! per layer: hn = RMSNorm(h; attn_norm); Q, K, V of hn (q/k_norm, RoPE at pos);
+//!            A = softmax(Q Kᵀ/√hd) V over cache rows 0 ..= max(pos), non-causal;
+//!            h += Wo A;  h += MLP(RMSNorm(h; ffn_norm))
+//! logits = target_lm_head(RMSNorm(h; output_norm))[1 .. B]
+//! ```
+//!
+//! The context rows are written with [`Op::AttentionNonCausal`] over an all-zero query input
+//! (`cq`), whose output is discarded: the IR has no bare "write K/V rows" op. The block rows are
+//! written too; they are overwritten by the next round's context rows (positions advance), and
+//! rows past `max(pos)` are never read.
+//!
+//! [`Op::AttentionNonCausal`]: crate::graph::Op::AttentionNonCausal
+
+use super::names::{self, blk};
+use super::{DFlash, DFlashConfig};
+use crate::backend::WeightStore;
+use crate::graph::{AttnParams, Graph, GraphBuilder, TensorId};
+use crate::model::ModelError;
+use crate::tensor::DType;
+
+struct Ctx<'a> {
+    w: &'a WeightStore,
+    c: &'a DFlashConfig,
+    b: GraphBuilder,
+}
+
+impl Ctx<'_> {
+    fn w(&mut self, name: &str) -> Result<TensorId, ModelError> {
+        let h = self.w.get(name).ok_or_else(|| ModelError::Weight {
+            name: name.into(),
+            msg: "missing from the drafter's weight set".into(),
+        })?;
+        Ok(self.b.weight(name, h.dtype, &h.shape)?)
+    }
+
+    fn lin(&mut self, x: TensorId, name: &str) -> Result<TensorId, ModelError> {
+        let w = self.w(name)?;
+        Ok(self.b.matmul(x, w)?)
+    }
+
+    fn attn_params(&self) -> AttnParams {
+        AttnParams {
+            n_heads: self.c.n_heads,
+            n_kv_heads: self.c.n_kv_heads,
+            head_dim: self.c.head_dim,
+            scale: 1.0 / (self.c.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// `k_norm(Wk x)` with RoPE at `pos`, and `Wv x`, as `[rows, nkv, hd]`.
+    fn kv(
+        &mut self,
+        i: usize,
+        x: TensorId,
+        rows: usize,
+        pos: TensorId,
+    ) -> Result<(TensorId, TensorId), ModelError> {
+        let (nkv, hd, eps, theta) = (
+            self.c.n_kv_heads,
+            self.c.head_dim,
+            self.c.eps,
+            self.c.rope_theta,
+        );
+        let k = self.lin(x, &blk(i, "attn_k.weight"))?;
+        let k = self.b.reshape(k, &[rows, nkv, hd])?;
+        let kn = self.w(&blk(i, "attn_k_norm.weight"))?;
+        let k = self.b.rms_norm(k, kn, eps)?;
+        let k = self.b.rope(k, pos, hd, theta)?;
+        let v = self.lin(x, &blk(i, "attn_v.weight"))?;
+        let v = self.b.reshape(v, &[rows, nkv, hd])?;
+        Ok((k, v))
+    }
+}
+
+/// State declarations of the drafter's context K/V caches for `cap` positions.
+pub(super) fn state_decls(c: &DFlashConfig, cap: usize) -> Vec<crate::backend::StateDecl> {
+    (0..c.n_layers)
+        .flat_map(|i| {
+            let shape = [cap, c.n_kv_heads, c.head_dim];
+            [
+                crate::backend::StateDecl::new(names::k_cache(i), &shape),
+                crate::backend::StateDecl::new(names::v_cache(i), &shape),
+            ]
+        })
+        .collect()
+}
+
+impl DFlash {
+    /// The draft graph appending `tc` context rows (0: none) for caches of `cap` rows.
+    ///
+    /// Inputs: `feat` f32 `[tc, n_target_layers·H]`, `cpos` i32 `[tc]`, `cq` f32 `[tc, nh, hd]`
+    /// (zeros) when `tc > 0`; `ids` i32 `[B]` (last token, then masks) and `pos` i32 `[B]`.
+    /// Outputs: `draft_logits` f32 `[B−1, vocab]`, `draft_tokens` i32 `[B−1]`.
+    /// `weights` is [`DFlash::weights_with_target`].
+    pub fn draft_graph(
+        &self,
+        weights: &WeightStore,
+        tc: usize,
+        cap: usize,
+    ) -> Result<Graph, ModelError> {
+        let c = &self.cfg;
+        c.check_supported()?;
+        let bsz = c.block_size;
+        let (nh, nkv, hd, eps, theta) = (c.n_heads, c.n_kv_heads, c.head_dim, c.eps, c.rope_theta);
+        let mut b = GraphBuilder::new();
+        let ctx_in = if tc > 0 {
+            Some((
+                b.input("feat", DType::F32, &[tc, c.feature_width()])?,
+                b.input("cpos", DType::I32, &[tc])?,
+                b.input("cq", DType::F32, &[tc, nh, hd])?,
+            ))
+        } else {
+            None
+        };
+        let ids = b.input("ids", DType::I32, &[bsz])?;
+        let pos = b.input("pos", DType::I32, &[bsz])?;
+        let mut cx = Ctx { w: weights, c, b };
+        let p = cx.attn_params();
+
+        let ctx = match ctx_in {
+            Some((feat, cpos, cq)) => {
+                let x = cx.lin(feat, names::FC)?;
+                let hn = cx.w(names::HIDDEN_NORM)?;
+                Some((cx.b.rms_norm(x, hn, eps)?, cpos, cq))
+            }
+            None => None,
+        };
+
+        let embd = cx.w(names::TOKEN_EMBD)?;
+        let mut resid = cx.b.embed(embd, ids)?;
+        let n0 = cx.w(&blk(0, "attn_norm.weight"))?;
+        let mut normed = cx.b.rms_norm(resid, n0, eps)?;
+        for i in 0..c.n_layers {
+            let kc = cx.b.state(&names::k_cache(i), &[cap, nkv, hd])?;
+            let vc = cx.b.state(&names::v_cache(i), &[cap, nkv, hd])?;
+            let window = c.window(i);
+            if let Some((ctx, cpos, cq)) = ctx {
+                let (k, v) = cx.kv(i, ctx, tc, cpos)?;
+                // Writes the context rows; the attention output over zero queries is unused.
+                cx.b.attention_non_causal(p, window, cq, k, v, cpos, kc, vc)?;
+            }
+            let q = cx.lin(normed, &blk(i, "attn_q.weight"))?;
+            let q = cx.b.reshape(q, &[bsz, nh, hd])?;
+            let qn = cx.w(&blk(i, "attn_q_norm.weight"))?;
+            let q = cx.b.rms_norm(q, qn, eps)?;
+            let q = cx.b.rope(q, pos, hd, theta)?;
+            let (k, v) = cx.kv(i, normed, bsz, pos)?;
+            let a = cx.b.attention_non_causal(p, window, q, k, v, pos, kc, vc)?;
+            let a = cx.b.reshape(a, &[bsz, nh * hd])?;
+            let o = cx.lin(a, &blk(i, "attn_output.weight"))?;
+            let fw = cx.w(&blk(i, "ffn_norm.weight"))?;
+            (resid, normed) = cx.b.add_rms_norm(o, resid, fw, eps)?;
+            let g = cx.lin(normed, &blk(i, "ffn_gate.weight"))?;
+            let u = cx.lin(normed, &blk(i, "ffn_up.weight"))?;
+            let s = cx.b.swiglu(g, u)?;
+            let m = cx.lin(s, &blk(i, "ffn_down.weight"))?;
+            let next = if i + 1 < c.n_layers {
+                blk(i + 1, "attn_norm.weight")
+            } else {
+                names::OUTPUT_NORM.to_string()
+            };
+            let nw = cx.w(&next)?;
+            (resid, normed) = cx.b.add_rms_norm(m, resid, nw, eps)?;
+        }
+        let rows = cx.b.rows(normed, 1, bsz - 1)?;
+        let logits = cx.lin(rows, names::OUTPUT)?;
+        cx.b.output("draft_logits", logits)?;
+        let am = cx.b.argmax(logits)?;
+        cx.b.output("draft_tokens", am)?;
+        Ok(cx.b.build())
+    }
+}

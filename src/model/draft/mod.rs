@@ -1,0 +1,94 @@
+//! Speculative-decoding drafters. For now the DFlash drafter (arch `qwen35-dflash-draft`):
+//! config and GGUF loader, the cached-KV draft graph, a per-sequence draft session, and the
+//! converter from z-lab's safetensors layout.
+//!
+//! The drafter has no embedding or lm_head of its own: its graphs bind the target's
+//! `token_embd.weight` and `output.weight`, which [`DFlash::weights_with_target`] adds to the
+//! drafter's weight set.
+
+pub mod config;
+pub mod convert;
+mod gguf_load;
+mod graph;
+mod session;
+
+pub use config::{DFlashConfig, YarnScaling};
+pub use session::{DraftOutput, DraftSession, context_features};
+
+use super::{ModelError, Qwen35};
+use crate::backend::WeightStore;
+use std::path::Path;
+
+/// The GGUF architecture of Lucebox-style DFlash drafters.
+pub const ARCH: &str = "qwen35-dflash-draft";
+
+/// A loaded DFlash drafter.
+pub struct DFlash {
+    pub cfg: DFlashConfig,
+    /// The drafter's own tensors under their GGUF names.
+    pub weights: WeightStore,
+}
+
+impl DFlash {
+    /// Loads a `qwen35-dflash-draft` GGUF file.
+    pub fn load(path: &Path) -> Result<DFlash, ModelError> {
+        if !path.exists() {
+            return Err(ModelError::NotFound {
+                path: path.display().to_string(),
+            });
+        }
+        gguf_load::load(path)
+    }
+
+    /// Loads a drafter and checks it fits `target` (hidden size, vocab, target layer ids).
+    pub fn load_for(path: &Path, target: &Qwen35) -> Result<DFlash, ModelError> {
+        let d = Self::load(path)?;
+        d.cfg.check_target(&target.cfg)?;
+        Ok(d)
+    }
+
+    /// The drafter's weights plus the target's token embedding and lm_head (shared handles, no
+    /// copy of the data on the host).
+    pub fn weights_with_target(&self, target: &Qwen35) -> Result<WeightStore, ModelError> {
+        self.cfg.check_target(&target.cfg)?;
+        let mut w = self.weights.clone();
+        for name in [names::TOKEN_EMBD, names::OUTPUT] {
+            let t = target.weights.get(name).ok_or_else(|| ModelError::Weight {
+                name: name.into(),
+                msg: "missing from the target".into(),
+            })?;
+            w.insert(name, t.clone());
+        }
+        Ok(w)
+    }
+}
+
+/// Tensor and state names of the DFlash drafter (GGUF, Lucebox layout).
+pub mod names {
+    pub use crate::model::qwen35::names::{OUTPUT, OUTPUT_NORM, TOKEN_EMBD, blk};
+    pub const FC: &str = "dflash.fc.weight";
+    pub const HIDDEN_NORM: &str = "dflash.hidden_norm.weight";
+
+    /// Per-layer tensors (suffixes after `blk.N.`).
+    pub const LAYER: [&str; 11] = [
+        "attn_norm.weight",
+        "ffn_norm.weight",
+        "attn_q.weight",
+        "attn_k.weight",
+        "attn_v.weight",
+        "attn_output.weight",
+        "attn_q_norm.weight",
+        "attn_k_norm.weight",
+        "ffn_gate.weight",
+        "ffn_up.weight",
+        "ffn_down.weight",
+    ];
+
+    /// The drafter's context K/V cache of layer `i`, `[cap, n_kv, head_dim]`.
+    pub fn k_cache(i: usize) -> String {
+        format!("dflash.k_cache.{i}")
+    }
+    pub fn v_cache(i: usize) -> String {
+        format!("dflash.v_cache.{i}")
+    }
+}

@@ -1,0 +1,198 @@
+//! One sequence's drafter: its context K/V caches on a backend, the committed row count, and
+//! compiled draft graphs cached by the number of appended rows.
+
+use super::DFlash;
+use super::graph::state_decls;
+use crate::backend::{Backend, ExecId, HostData, StatesId, WeightsId};
+use crate::model::session::StepOutput;
+use crate::model::{ModelError, Qwen35};
+use std::collections::HashMap;
+
+/// What one draft returns.
+#[derive(Clone, Debug, Default)]
+pub struct DraftOutput {
+    /// Row-major `[B−1, vocab]`: row i predicts position `first + 1 + i`.
+    pub logits: Vec<f32>,
+    /// Argmax of each row: the proposals.
+    pub tokens: Vec<u32>,
+}
+
+pub struct DraftSession<'a> {
+    model: &'a DFlash,
+    backend: &'a mut dyn Backend,
+    weights: WeightsId,
+    states: StatesId,
+    store: crate::backend::WeightStore,
+    vocab: usize,
+    cap: usize,
+    /// Context rows committed so far (cache rows `0 .. n_ctx`).
+    n_ctx: usize,
+    execs: HashMap<usize, ExecId>,
+}
+
+impl<'a> DraftSession<'a> {
+    /// Uploads the drafter's weights (with the target's embedding and lm_head) and allocates
+    /// context caches for `cap` positions (context rows plus one block).
+    pub fn new(
+        model: &'a DFlash,
+        target: &Qwen35,
+        backend: &'a mut dyn Backend,
+        cap: usize,
+    ) -> Result<Self, ModelError> {
+        let store = model.weights_with_target(target)?;
+        let weights = backend.upload_weights(&store)?;
+        let states = backend.alloc_states(&state_decls(&model.cfg, cap))?;
+        Ok(DraftSession {
+            model,
+            backend,
+            weights,
+            states,
+            store,
+            vocab: target.cfg.vocab,
+            cap,
+            n_ctx: 0,
+            execs: HashMap::new(),
+        })
+    }
+
+    /// Context rows committed so far.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Forgets committed rows past `n` (after a rejected draft the caller re-appends the
+    /// accepted rows' features); rows past `n` are overwritten by later appends.
+    pub fn truncate(&mut self, n: usize) {
+        self.n_ctx = self.n_ctx.min(n);
+    }
+
+    /// Appends the feature rows `feats` (`[tc, n_target_layers·H]`, row-major, the rows of the
+    /// next committed positions) to the context, then drafts a block starting with `last` at
+    /// position `n_ctx` (after the append): proposals for positions `n_ctx + 1 ..`.
+    pub fn draft(&mut self, feats: &[f32], last: u32) -> Result<DraftOutput, ModelError> {
+        let c = &self.model.cfg;
+        let width = c.feature_width();
+        if !feats.len().is_multiple_of(width) {
+            return Err(ModelError::Config(format!(
+                "draft: {} feature values are not whole rows of {width}",
+                feats.len()
+            )));
+        }
+        let tc = feats.len() / width;
+        let bsz = c.block_size;
+        let start = self.n_ctx + tc;
+        if start + bsz > self.cap {
+            return Err(ModelError::ContextFull {
+                need: start + bsz,
+                cap: self.cap,
+            });
+        }
+        if last as usize >= self.vocab {
+            return Err(ModelError::BadToken {
+                id: last,
+                vocab: self.vocab,
+            });
+        }
+        let exe = match self.execs.get(&tc) {
+            Some(e) => *e,
+            None => {
+                let g = self.model.draft_graph(&self.store, tc, self.cap)?;
+                let e = self.backend.compile(&g)?;
+                self.execs.insert(tc, e);
+                e
+            }
+        };
+        let mut inputs: Vec<(&str, HostData)> = Vec::new();
+        if tc > 0 {
+            let cpos = (self.n_ctx..start).map(|p| p as i32).collect();
+            inputs.push(("feat", HostData::F32(feats.to_vec())));
+            inputs.push(("cpos", HostData::I32(cpos)));
+            let zeros = vec![0.0f32; tc * c.n_heads * c.head_dim];
+            inputs.push(("cq", HostData::F32(zeros)));
+        }
+        let mut ids = vec![c.mask_token_id as i32; bsz];
+        ids[0] = last as i32;
+        inputs.push(("ids", HostData::I32(ids)));
+        let pos = (start..start + bsz).map(|p| p as i32).collect();
+        inputs.push(("pos", HostData::I32(pos)));
+        let outs = self.backend.run(exe, self.weights, self.states, &inputs)?;
+        self.n_ctx = start;
+        let mut out = DraftOutput::default();
+        for (name, t) in outs {
+            match name.as_str() {
+                "draft_logits" => out.logits = t.to_f32()?,
+                "draft_tokens" => out.tokens = t.to_i32().into_iter().map(|v| v as u32).collect(),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Frees the caches.
+    pub fn free(self) -> Result<(), ModelError> {
+        Ok(self.backend.free_states(self.states)?)
+    }
+}
+
+/// The drafter's context rows from a target step that captured its layers: per row, the
+/// captured outputs of `target_layer_ids` concatenated in that order.
+///
+/// The feature of layer `lid` is the raw residual after the layer (HF `hidden_states[lid+1]`);
+/// for the target's last layer HF's state is the final-normed one, so that layer is normed
+/// here with the target's `output_norm` to match what the drafter was trained on.
+pub fn context_features(
+    drafter: &DFlash,
+    target: &Qwen35,
+    step: &StepOutput,
+    rows: usize,
+) -> Result<Vec<f32>, ModelError> {
+    let h = target.cfg.hidden;
+    let ids = &drafter.cfg.target_layer_ids;
+    let mut per_layer = Vec::with_capacity(ids.len());
+    for &lid in ids {
+        let (_, v) = step.hidden.iter().find(|(l, _)| *l == lid).ok_or_else(|| {
+            ModelError::Config(format!("draft: target layer {lid} was not captured"))
+        })?;
+        if v.len() != rows * h {
+            return Err(ModelError::Config(format!(
+                "draft: captured layer {lid} holds {} values, expected {rows} × {h}",
+                v.len()
+            )));
+        }
+        let v = if lid + 1 == target.cfg.n_layers {
+            final_norm(target, v)?
+        } else {
+            v.clone()
+        };
+        per_layer.push(v);
+    }
+    let mut out = Vec::with_capacity(rows * h * ids.len());
+    for r in 0..rows {
+        for v in &per_layer {
+            out.extend_from_slice(&v[r * h..(r + 1) * h]);
+        }
+    }
+    Ok(out)
+}
+
+/// The target's final RMSNorm on host rows (HF's `hidden_states[L]`).
+fn final_norm(target: &Qwen35, x: &[f32]) -> Result<Vec<f32>, ModelError> {
+    let name = crate::model::qwen35::names::OUTPUT_NORM;
+    let w = target
+        .weights
+        .get(name)
+        .ok_or_else(|| ModelError::Weight {
+            name: name.into(),
+            msg: "missing from the target".into(),
+        })?
+        .to_f32()?;
+    let h = w.len();
+    let eps = target.cfg.eps;
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(h) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / h as f32;
+        let r = 1.0 / (ms + eps).sqrt();
+        out.extend(row.iter().zip(&w).map(|(v, w)| v * r * w));
+    }
+    Ok(out)
+}
