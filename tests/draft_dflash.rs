@@ -1,0 +1,391 @@
+//! The DFlash drafter against HF transformers (`MuseGlimmerAssistantModel`, the z-lab forward):
+//! our converter → GGUF → `deltaspec draft` on CPU reproduces `draft_logits` of
+//! tests/fixtures/drafters/*/reference.safetensors (tools/oracle/make_drafter_fixture.py), the
+//! cached-KV path over several appends gives the same, and bad drafters / checkpoints are refused
+//! with errors that say what is wrong.
+
+mod common;
+
+use common::{argmax_rows, fixtures, read_safetensors, rel_err};
+use deltaspec::backend;
+use deltaspec::model::draft::convert::{OutType, convert_dflash};
+use deltaspec::model::draft::{DFlash, DraftSession, context_features};
+use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+use deltaspec::model::{Qwen35, Session};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const DRAFTERS: [(&str, &str); 2] = [("dflash-a", "tiny-a"), ("dflash-b", "tiny-b")];
+
+fn drafter_dir(name: &str) -> PathBuf {
+    fixtures().join("drafters").join(name)
+}
+fn target_dir(name: &str) -> PathBuf {
+    fixtures().join("models").join(name)
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("deltaspec-draft-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Reference {
+    tokens: Vec<u32>,
+    context: Vec<f32>,
+    logits: Vec<f32>,
+    tokens_out: Vec<usize>,
+    vocab: usize,
+}
+
+fn reference(name: &str) -> Reference {
+    let r = read_safetensors(&drafter_dir(name).join("reference.safetensors"));
+    let (shape, logits) = r["draft_logits"].clone();
+    Reference {
+        tokens: r["tokens"].1.iter().map(|&v| v as u32).collect(),
+        context: r["context"].1.clone(),
+        logits,
+        tokens_out: r["draft_tokens"].1.iter().map(|&v| v as usize).collect(),
+        vocab: shape[1],
+    }
+}
+
+fn convert(name: &str, dir: &Path, outtype: OutType) -> PathBuf {
+    let out = dir.join(format!("{name}.gguf"));
+    convert_dflash(&drafter_dir(name), &out, outtype)
+        .unwrap_or_else(|e| panic!("converting {name}: {e}"));
+    out
+}
+
+const STALE: &str =
+    "if a target fixture was regenerated, rerun tools/oracle/make_drafter_fixture.py";
+
+#[test]
+fn cli_convert_and_draft_match_hf() {
+    let dir = scratch("cli");
+    for (name, target) in DRAFTERS {
+        let r = reference(name);
+        let gguf = dir.join(format!("{name}.gguf"));
+        let out = Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+            .args(["convert", "--draft"])
+            .arg(drafter_dir(name))
+            .arg("--out")
+            .arg(&gguf)
+            .args(["--outtype", "f32"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "convert: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let toks = dir.join(format!("{name}.json"));
+        std::fs::write(&toks, serde_json::to_string(&r.tokens).unwrap()).unwrap();
+        let res = dir.join(format!("{name}.safetensors"));
+        let out = Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+            .arg("draft")
+            .arg("--model")
+            .arg(target_dir(target))
+            .arg("--draft")
+            .arg(&gguf)
+            .arg("--tokens")
+            .arg(&toks)
+            .arg("--out")
+            .arg(&res)
+            .args(["--backend", "cpu"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "draft: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = read_safetensors(&res);
+        let (shape, logits) = &got["draft_logits"];
+        let bsz = r.logits.len() / r.vocab + 1;
+        assert_eq!(shape, &vec![bsz - 1, r.vocab]);
+        let err = rel_err(logits, &r.logits);
+        println!("{name}: draft_logits rel err {err:.3e}");
+        assert!(err <= 1e-4, "{name}: rel err {err:.3e} ({STALE})");
+        let toks: Vec<usize> = got["draft_tokens"].1.iter().map(|&v| v as usize).collect();
+        assert_eq!(toks, r.tokens_out, "{name}: draft_tokens");
+        assert_eq!(argmax_rows(logits, r.vocab), r.tokens_out);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Target features for the context, the drafter loaded for the target, and the reference.
+fn setup(name: &str, target: &str, dir: &Path, outtype: OutType) -> (Qwen35, DFlash, Reference) {
+    let t = Qwen35::load(&target_dir(target)).unwrap();
+    let d = DFlash::load_for(&convert(name, dir, outtype), &t).unwrap();
+    (t, d, reference(name))
+}
+
+fn features(t: &Qwen35, d: &DFlash, ctx: &[u32]) -> Vec<f32> {
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(t, be.as_mut(), ctx.len()).unwrap();
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: false,
+        capture: d.cfg.target_layer_ids.clone(),
+    };
+    let step = s.forward(ctx, &opts).unwrap();
+    context_features(d, t, &step, ctx.len()).unwrap()
+}
+
+#[test]
+fn context_features_match_hf_hidden_states() {
+    let dir = scratch("feat");
+    for (name, target) in DRAFTERS {
+        let (t, d, r) = setup(name, target, &dir, OutType::F32);
+        let n = r.tokens.len();
+        let f = features(&t, &d, &r.tokens[..n - 1]);
+        let err = rel_err(&f, &r.context);
+        println!("{name}: context features rel err {err:.3e}");
+        assert!(err <= 1e-4, "{name}: rel err {err:.3e} ({STALE})");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cached_kv_appends_and_truncation_match_one_shot() {
+    let dir = scratch("cached");
+    for (name, target) in DRAFTERS {
+        let (t, d, r) = setup(name, target, &dir, OutType::F32);
+        let n = r.tokens.len();
+        let f = features(&t, &d, &r.tokens[..n - 1]);
+        let w = d.cfg.feature_width();
+        let mut be = backend::create("cpu").unwrap();
+        let mut ds = DraftSession::new(&d, &t, be.as_mut(), n - 1 + d.cfg.block_size).unwrap();
+        // Round 1: 4 rows and a draft; round 2: 3 more rows, a draft that is then rejected
+        // (truncated back); round 3: the rest, drafting from t[n-1].
+        ds.draft(&f[..4 * w], r.tokens[4]).unwrap();
+        assert_eq!(ds.n_ctx(), 4);
+        ds.draft(&f[4 * w..7 * w], 3).unwrap();
+        ds.truncate(5);
+        let out = ds.draft(&f[5 * w..], r.tokens[n - 1]).unwrap();
+        assert_eq!(ds.n_ctx(), n - 1);
+        let err = rel_err(&out.logits, &r.logits);
+        println!("{name}: cached-KV rounds rel err {err:.3e}");
+        assert!(err <= 1e-4, "{name}: rel err {err:.3e}");
+        let toks: Vec<usize> = out.tokens.iter().map(|&v| v as usize).collect();
+        assert_eq!(toks, r.tokens_out, "{name}");
+        // A block past the caches is refused.
+        let e = ds.draft(&f[..w], 0).unwrap_err().to_string();
+        assert!(e.contains("context full"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn narrower_outtypes_stay_close() {
+    let dir = scratch("outtype");
+    for (name, target) in DRAFTERS {
+        for (ot, tol) in [
+            (OutType::BF16, if name == "dflash-b" { 1e-4 } else { 2e-2 }),
+            (OutType::F16, 5e-3),
+            (OutType::Q8_0, 5e-2),
+        ] {
+            let (t, d, r) = setup(name, target, &dir, ot);
+            let n = r.tokens.len();
+            let f = features(&t, &d, &r.tokens[..n - 1]);
+            let mut be = backend::create("cpu").unwrap();
+            let mut ds = DraftSession::new(&d, &t, be.as_mut(), n - 1 + d.cfg.block_size).unwrap();
+            let out = ds.draft(&f, r.tokens[n - 1]).unwrap();
+            let err = rel_err(&out.logits, &r.logits);
+            println!("{name} {ot:?}: rel err {err:.3e}");
+            assert!(err <= tol, "{name} {ot:?}: rel err {err:.3e} > {tol}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// Copies a drafter checkpoint and edits its config.json.
+fn edited_checkpoint(dir: &Path, name: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    let d = dir.join(format!("{name}-edited"));
+    std::fs::create_dir_all(&d).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(drafter_dir(name).join(f), d.join(f)).unwrap();
+    }
+    let mut j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap()).unwrap();
+    edit(&mut j);
+    std::fs::write(d.join("config.json"), j.to_string()).unwrap();
+    d
+}
+
+fn load_err(ckpt: &Path, out: &Path, target: &str) -> String {
+    convert_dflash(ckpt, out, OutType::F32).unwrap();
+    let t = Qwen35::load(&target_dir(target)).unwrap();
+    match DFlash::load_for(out, &t) {
+        Ok(_) => panic!("{} loaded for {target}", ckpt.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn loader_refuses_drafters_that_do_not_fit_the_target() {
+    let dir = scratch("fit");
+    // hidden: a 64-wide drafter on the 256-wide target
+    let e = load_err(&drafter_dir("dflash-a"), &dir.join("h.gguf"), "tiny-b");
+    assert!(e.contains("hidden size 64 vs the target's 256"), "{e}");
+    // vocab
+    let ck = edited_checkpoint(&dir, "dflash-a", |j| j["vocab_size"] = 300.into());
+    let e = load_err(&ck, &dir.join("v.gguf"), "tiny-a");
+    assert!(e.contains("vocab 300 vs the target's 256"), "{e}");
+    std::fs::remove_dir_all(&ck).unwrap();
+    // a target layer id past the target's 4 layers
+    let ck = edited_checkpoint(&dir, "dflash-a", |j| {
+        j["dflash_config"]["target_layer_ids"] = serde_json::json!([0, 7])
+    });
+    let e = load_err(&ck, &dir.join("l.gguf"), "tiny-a");
+    assert!(e.contains("target layer id 7 is out of range"), "{e}");
+    std::fs::remove_dir_all(&ck).unwrap();
+    // trained for a deeper target
+    let ck = edited_checkpoint(&dir, "dflash-a", |j| j["num_target_layers"] = 64.into());
+    let e = load_err(&ck, &dir.join("d.gguf"), "tiny-a");
+    assert!(e.contains("trained for a target of 64 layers"), "{e}");
+    std::fs::remove_dir_all(&ck).unwrap();
+    // a target GGUF is not a drafter
+    let e = DFlash::load(&dir.join("missing.gguf"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("not found"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// No output and no temporary file left in `dir` after a failed conversion.
+fn assert_nothing_written(dir: &Path, out: &Path) {
+    assert!(!out.exists(), "{} was written", out.display());
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+fn convert_err(ckpt: &Path, out: &Path) -> String {
+    let e = convert_dflash(ckpt, out, OutType::F16).err().unwrap();
+    assert_nothing_written(out.parent().unwrap(), out);
+    e.to_string()
+}
+
+#[test]
+fn converter_refuses_incomplete_or_unknown_checkpoints() {
+    let dir = scratch("conv");
+    let out = dir.join("out.gguf");
+    // no config.json
+    let ck = dir.join("noconfig");
+    std::fs::create_dir_all(&ck).unwrap();
+    std::fs::copy(
+        drafter_dir("dflash-a").join("model.safetensors"),
+        ck.join("model.safetensors"),
+    )
+    .unwrap();
+    let e = convert_err(&ck, &out);
+    assert!(e.contains("config.json"), "{e}");
+
+    // an unknown tensor, and a missing one
+    let bytes = std::fs::read(drafter_dir("dflash-a").join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let extra = vec![0u8; 4 * 8];
+    let write = |path: &Path, add_extra: bool, drop: Option<&str>| {
+        let mut views: Vec<(String, safetensors::tensor::TensorView)> = st
+            .tensors()
+            .into_iter()
+            .filter(|(n, _)| Some(n.as_str()) != drop)
+            .collect();
+        if add_extra {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![8], &extra)
+                .unwrap();
+            views.push(("embed_tokens.weight".to_string(), v));
+        }
+        safetensors::serialize_to_file(views, None, path).unwrap();
+    };
+    let ck = edited_checkpoint(&dir, "dflash-a", |_| {});
+    write(&ck.join("model.safetensors"), true, None);
+    let e = convert_err(&ck, &out);
+    assert!(e.contains("unknown tensor 'embed_tokens.weight'"), "{e}");
+    write(
+        &ck.join("model.safetensors"),
+        false,
+        Some("layers.1.mlp.up_proj.weight"),
+    );
+    let e = convert_err(&ck, &out);
+    assert!(e.contains("blk.1.ffn_up.weight is missing"), "{e}");
+    std::fs::remove_dir_all(&ck).unwrap();
+
+    // target layer ids that disagree with fc, and no ids at all
+    let ck = edited_checkpoint(&dir, "dflash-a", |j| {
+        j["dflash_config"]["target_layer_ids"] = serde_json::json!([0, 1, 2])
+    });
+    let e = convert_err(&ck, &out);
+    assert!(
+        e.contains("3 target_layer_ids but fc takes 2 layers"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&ck).unwrap();
+    let ck = edited_checkpoint(&dir, "dflash-a", |j| {
+        j["dflash_config"]
+            .as_object_mut()
+            .unwrap()
+            .remove("target_layer_ids");
+    });
+    let e = convert_err(&ck, &out);
+    assert!(e.contains("target_layer_ids is missing"), "{e}");
+    std::fs::remove_dir_all(&ck).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn converter_reads_both_config_layouts_and_writes_dflash_keys() {
+    let dir = scratch("keys");
+    // dflash-a: transformers>=5 layout; dflash-b: top-level keys, a sliding layer
+    for (name, theta, block, mask, ids, window) in [
+        ("dflash-a", 5e5f32, 4usize, 250u32, vec![0usize, 2], None),
+        ("dflash-b", 1e6, 8, 255, vec![1, 2], Some(3usize)),
+    ] {
+        let d = DFlash::load(&convert(name, &dir, OutType::F32)).unwrap();
+        let c = &d.cfg;
+        assert_eq!(
+            (c.rope_theta, c.block_size, c.mask_token_id),
+            (theta, block, mask),
+            "{name}"
+        );
+        assert_eq!(c.target_layer_ids, ids, "{name}");
+        assert_eq!(c.sliding_window, window, "{name}");
+        assert_eq!(c.sliding_layers, vec![window.is_some(), false], "{name}");
+        assert_eq!(c.target_block_count, Some(4), "{name}");
+    }
+    // YaRN keys from rope_parameters are written and read back; the graph refuses them for now.
+    let ck = edited_checkpoint(&dir, "dflash-a", |j| {
+        j["rope_parameters"] = serde_json::json!({
+            "rope_type": "yarn", "rope_theta": 1e7, "factor": 32.0,
+            "original_max_position_embeddings": 8192
+        })
+    });
+    let d = DFlash::load(&convert(&ck.display().to_string(), &dir, OutType::F32)).unwrap();
+    let y = d.cfg.rope_scaling.clone().expect("yarn read back");
+    assert_eq!(
+        (
+            y.factor,
+            y.original_context_length,
+            y.beta_fast,
+            y.beta_slow
+        ),
+        (32.0, 8192, 32.0, 1.0)
+    );
+    assert_eq!(d.cfg.rope_theta, 1e7);
+    let t = Qwen35::load(&target_dir("tiny-a")).unwrap();
+    let w = d.weights_with_target(&t).unwrap();
+    let e = d.draft_graph(&w, 1, 16).err().unwrap().to_string();
+    assert!(e.contains("YaRN"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
