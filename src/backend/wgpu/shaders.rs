@@ -292,6 +292,23 @@ mod tests {
     }
 
     #[test]
+    fn every_shader_file_is_a_template() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("wgsl") {
+                continue;
+            }
+            let stem = path.file_stem().unwrap().to_str().unwrap();
+            assert!(
+                stem == "dequant" || FILES.iter().any(|(n, _)| *n == stem),
+                "{} is not registered in FILES, so no variant of it is validated",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
     fn every_dequant_section_is_reachable() {
         for t in WEIGHT_TYPES {
             assert!(dequant_section(t.name()).is_some(), "{t}");

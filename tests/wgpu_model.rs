@@ -1,0 +1,152 @@
+//! Whole-model check: a synthetic tiny `qwen35` GGUF (and the HF-derived fixture) through
+//! `Session` on wgpu vs the CPU reference, prefill (T = 7, every logits row) and decode steps.
+//! Also reports the dispatch count of one decode step.
+
+mod common;
+
+use common::{fixtures, rel_err};
+use deltaspec::backend::wgpu::WgpuBackend;
+use deltaspec::backend::{self, Backend};
+use deltaspec::graph::Op;
+use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+use deltaspec::model::{Qwen35, Session, synth};
+use std::path::Path;
+
+fn wgpu() -> Option<Box<dyn Backend>> {
+    match backend::create("wgpu") {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped: no wgpu adapter ({e})");
+            None
+        }
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Prefill `prompt` with every logits row, then greedy-decode `steps` tokens, on both
+/// backends; logits within `tol` and the same argmax at every row.
+fn compare(m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
+    let Some(mut gpu) = wgpu() else { return };
+    let mut cpu = backend::create("cpu").unwrap();
+    let ctx = 64;
+    let mut a = Session::new(m, cpu.as_mut(), ctx).unwrap();
+    let mut b = Session::new(m, gpu.as_mut(), ctx).unwrap();
+    let all = GraphOptions {
+        logits: LogitRows::All,
+        ..Default::default()
+    };
+    let vocab = m.cfg.vocab;
+    let want = a.forward(prompt, &all).unwrap();
+    let got = b.forward(prompt, &all).unwrap();
+    let e = rel_err(&got.logits, &want.logits);
+    assert!(e <= tol, "{label}: prefill logits relative error {e:e}");
+    for (r, (w, g)) in want
+        .logits
+        .chunks(vocab)
+        .zip(got.logits.chunks(vocab))
+        .enumerate()
+    {
+        assert_eq!(argmax(w), argmax(g), "{label}: prefill row {r} argmax");
+    }
+    eprintln!("{label}: prefill T={} rel err {e:e}", prompt.len());
+    let last = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: Vec::new(),
+    };
+    let mut tok = argmax(&want.logits[(prompt.len() - 1) * vocab..]) as u32;
+    for step in 0..steps {
+        let w = a.forward(&[tok], &last).unwrap();
+        let g = b.forward(&[tok], &last).unwrap();
+        let e = rel_err(&g.logits, &w.logits);
+        assert!(
+            e <= tol,
+            "{label}: decode step {step} logits relative error {e:e}"
+        );
+        assert_eq!(w.argmax, g.argmax, "{label}: decode step {step} argmax");
+        eprintln!("{label}: decode step {step} rel err {e:e}");
+        tok = w.argmax[0];
+    }
+}
+
+fn synth_model(recipe: synth::Recipe, seed: u64) -> Qwen35 {
+    let dir = std::env::temp_dir().join(format!("deltaspec-wgpu-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("tiny-{recipe:?}-{seed}.gguf"));
+    synth::write(&synth::preset("tiny").unwrap(), recipe, seed, &path).unwrap();
+    let m = Qwen35::load(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    m
+}
+
+const PROMPT: [u32; 7] = [1, 100, 7, 311, 42, 5, 499];
+
+#[test]
+fn synthetic_tiny_q8_0() {
+    let m = synth_model(synth::Recipe::Q8_0, 1);
+    compare(&m, &PROMPT, 4, 1e-4, "tiny Q8_0");
+}
+
+#[test]
+fn synthetic_tiny_q4_k_m_and_iq4_xs() {
+    for (recipe, seed) in [(synth::Recipe::Q4KM, 2), (synth::Recipe::Iq4Xs, 3)] {
+        let m = synth_model(recipe, seed);
+        compare(&m, &PROMPT, 2, 1e-4, &format!("tiny {recipe:?}"));
+    }
+}
+
+#[test]
+fn hf_fixture_model() {
+    let path = fixtures().join("models/tiny-b/model-f32.gguf");
+    if !Path::new(&path).exists() {
+        eprintln!("skipped: {} is missing", path.display());
+        return;
+    }
+    let m = Qwen35::load(&path).unwrap();
+    let prompt: Vec<u32> = (0..7).map(|i| (i * 91 % 256) as u32).collect();
+    compare(&m, &prompt, 3, 1e-4, "tiny-b f32");
+}
+
+#[test]
+fn decode_step_dispatch_count() {
+    let gpu = match WgpuBackend::new() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipped: no wgpu adapter ({e})");
+            return;
+        }
+    };
+    let mut gpu = gpu;
+    let m = synth_model(synth::Recipe::Q8_0, 4);
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: Vec::new(),
+    };
+    let g = m.step_graph(1, 64, &opts).unwrap();
+    let exe = gpu.compile(&g).unwrap();
+    let nodes = g.nodes.len();
+    let views = g
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Reshape { .. }))
+        .count();
+    let dispatches = gpu.dispatch_count(exe).unwrap();
+    eprintln!(
+        "tiny decode step ({} layers): {nodes} nodes ({views} reshapes) -> {dispatches} dispatches",
+        m.cfg.n_layers
+    );
+    assert!(
+        dispatches <= 2 * nodes,
+        "{dispatches} dispatches for {nodes} nodes"
+    );
+}
