@@ -15,6 +15,17 @@ pub struct YarnScaling {
     pub beta_slow: f32,
 }
 
+/// DSpark heads on a DFlash backbone (`{A}.dflash.dspark.*`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DSparkConfig {
+    /// Rank r of the Markov (low-rank bigram) head: `W1, W2 [vocab, r]`.
+    pub markov_rank: usize,
+    /// Vocabulary of the Markov head.
+    pub vocab: usize,
+    /// Width of the confidence head's input (H or H + r), if the head is present.
+    pub confidence_dim: Option<usize>,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct DFlashConfig {
     pub n_layers: usize,
@@ -45,6 +56,8 @@ pub struct DFlashConfig {
     pub sliding_window: Option<usize>,
     /// Per layer: whether it is a sliding-window layer.
     pub sliding_layers: Vec<bool>,
+    /// DSpark heads, if the drafter has them.
+    pub dspark: Option<DSparkConfig>,
 }
 
 impl DFlashConfig {
@@ -105,6 +118,21 @@ impl DFlashConfig {
         if self.sliding_layers.contains(&true) && self.sliding_window.is_none_or(|w| w == 0) {
             return bad("sliding-window layers without a positive window".into());
         }
+        if let Some(d) = &self.dspark {
+            if d.markov_rank == 0 || d.vocab == 0 {
+                return bad("DSpark Markov head with rank or vocab 0".into());
+            }
+            if let Some(cd) = d.confidence_dim
+                && cd != self.hidden
+                && cd != self.hidden + d.markov_rank
+            {
+                return bad(format!(
+                    "DSpark confidence_dim {cd} is neither H {} nor H + r {}",
+                    self.hidden,
+                    self.hidden + d.markov_rank
+                ));
+            }
+        }
         if self.eps.is_nan() || self.eps <= 0.0 {
             return bad(format!("rms eps {} must be positive", self.eps));
         }
@@ -131,6 +159,14 @@ impl DFlashConfig {
             && v != target.vocab
         {
             return bad(format!("vocab {v} vs the target's {}", target.vocab));
+        }
+        if let Some(d) = &self.dspark
+            && d.vocab != target.vocab
+        {
+            return bad(format!(
+                "DSpark Markov head vocab {} vs the target's {}",
+                d.vocab, target.vocab
+            ));
         }
         if self.mask_token_id as usize >= target.vocab {
             return bad(format!(

@@ -352,6 +352,7 @@ fn derive_config(
         target_block_count: num("num_target_layers"),
         sliding_window: if any_sliding { window } else { None },
         sliding_layers,
+        dspark: None,
     };
     cfg.validate()?;
     Ok(cfg)

@@ -1,6 +1,6 @@
 //! Binds a `qwen35-dflash-draft` GGUF file: config from `{arch}.*` keys, weights zero-copy.
 
-use super::config::{DFlashConfig, YarnScaling};
+use super::config::{DFlashConfig, DSparkConfig, YarnScaling};
 use super::{ARCH, DFlash, names};
 use crate::backend::{HostTensor, WeightStore};
 use crate::gguf::GgufFile;
@@ -135,7 +135,26 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<DFlashConfig, ModelError>
         target_block_count: opt_u("dflash.target_block_count")?,
         sliding_window,
         sliding_layers,
+        dspark: dspark(f, a)?,
     })
+}
+
+/// DSpark keys (`{A}.dflash.dspark.*`), when `enabled` is true.
+fn dspark(f: &GgufFile, a: &str) -> Result<Option<DSparkConfig>, ModelError> {
+    let k = |s: &str| format!("{a}.dflash.dspark.{s}");
+    if f.get(&k("enabled")).is_none() || !f.get_bool(&k("enabled"))? {
+        return Ok(None);
+    }
+    let conf = f.get(&k("confidence.enabled")).is_some() && f.get_bool(&k("confidence.enabled"))?;
+    Ok(Some(DSparkConfig {
+        markov_rank: f.get_u64(&k("markov_rank"))? as usize,
+        vocab: f.get_u64(&k("vocab_size"))? as usize,
+        confidence_dim: if conf {
+            Some(f.get_u64(&k("confidence_dim"))? as usize)
+        } else {
+            None
+        },
+    }))
 }
 
 /// Every tensor the drafter graph binds, with its shape (row-major).
@@ -146,6 +165,14 @@ pub(crate) fn expected_tensors(c: &DFlashConfig) -> Vec<(String, Vec<usize>)> {
         (names::HIDDEN_NORM.to_string(), vec![h]),
         (names::OUTPUT_NORM.to_string(), vec![h]),
     ];
+    if let Some(d) = &c.dspark {
+        v.push((names::MARKOV_W1.to_string(), vec![d.vocab, d.markov_rank]));
+        v.push((names::MARKOV_W2.to_string(), vec![d.vocab, d.markov_rank]));
+        if let Some(cd) = d.confidence_dim {
+            v.push((names::CONFIDENCE_W.to_string(), vec![1, cd]));
+            v.push((names::CONFIDENCE_B.to_string(), vec![1]));
+        }
+    }
     for i in 0..c.n_layers {
         for (suffix, shape) in names::LAYER.iter().zip([
             vec![h],

@@ -99,7 +99,10 @@ impl DFlash {
     ///
     /// Inputs: `feat` f32 `[tc, n_target_layers·H]`, `cpos` i32 `[tc]`, `cq` f32 `[tc, nh, hd]`
     /// (zeros) when `tc > 0`; `ids` i32 `[B]` (last token, then masks) and `pos` i32 `[B]`.
-    /// Outputs: `draft_logits` f32 `[B−1, vocab]`, `draft_tokens` i32 `[B−1]`.
+    /// Outputs: `draft_logits` f32 `[B−1, vocab]`, `draft_tokens` i32 `[B−1]`; with DSpark heads
+    /// also `markov_logits.{i}` f32 `[1, vocab]` and `markov_token.{i}` i32 `[1]` per proposal
+    /// (the chained Markov correction) and, with a confidence head, `draft_hidden` f32
+    /// `[B−1, H]` (the pre-norm state of the proposal rows).
     /// `weights` is [`DFlash::weights_with_target`].
     pub fn draft_graph(
         &self,
@@ -176,6 +179,30 @@ impl DFlash {
         cx.b.output("draft_logits", logits)?;
         let am = cx.b.argmax(logits)?;
         cx.b.output("draft_tokens", am)?;
+        if let Some(d) = &c.dspark {
+            if d.confidence_dim.is_some() {
+                // The state before the output norm, for the confidence head (host side).
+                let h = cx.b.rows(resid, 1, bsz - 1)?;
+                cx.b.output("draft_hidden", h)?;
+            }
+            // The Markov chain, left to right from the seed (block row 0):
+            // corrected_i = U_i + W2 · W1[x_{i−1}],  x_i = argmax(corrected_i).
+            let w1 = cx.w(names::MARKOV_W1)?;
+            let w2 = cx.w(names::MARKOV_W2)?;
+            let e_all = cx.b.embed(w1, ids)?;
+            let mut e = cx.b.rows(e_all, 0, 1)?;
+            for i in 0..bsz - 1 {
+                let u = cx.b.rows(logits, i, 1)?;
+                let bias = cx.b.matmul(e, w2)?;
+                let corrected = cx.b.add(u, bias)?;
+                let x = cx.b.argmax(corrected)?;
+                cx.b.output(&format!("markov_logits.{i}"), corrected)?;
+                cx.b.output(&format!("markov_token.{i}"), x)?;
+                if i + 2 < bsz {
+                    e = cx.b.embed(w1, x)?;
+                }
+            }
+        }
         Ok(cx.b.build())
     }
 }

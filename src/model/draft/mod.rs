@@ -12,7 +12,7 @@ mod gguf_load;
 mod graph;
 mod session;
 
-pub use config::{DFlashConfig, YarnScaling};
+pub use config::{DFlashConfig, DSparkConfig, YarnScaling};
 pub use session::{DraftOutput, DraftSession, context_features};
 
 use super::{ModelError, Qwen35};
@@ -68,6 +68,10 @@ pub mod names {
     pub use crate::model::qwen35::names::{OUTPUT, OUTPUT_NORM, TOKEN_EMBD, blk};
     pub const FC: &str = "dflash.fc.weight";
     pub const HIDDEN_NORM: &str = "dflash.hidden_norm.weight";
+    pub const MARKOV_W1: &str = "dflash.dspark.markov.w1";
+    pub const MARKOV_W2: &str = "dflash.dspark.markov.w2";
+    pub const CONFIDENCE_W: &str = "dflash.dspark.confidence.weight";
+    pub const CONFIDENCE_B: &str = "dflash.dspark.confidence.bias";
 
     /// Per-layer tensors (suffixes after `blk.N.`).
     pub const LAYER: [&str; 11] = [
