@@ -389,3 +389,114 @@ fn converter_reads_both_config_layouts_and_writes_dflash_keys() {
     assert!(e.contains("YaRN"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A copy of dflash-a with DSpark heads added under `names` (w1, w2, confidence weight).
+fn with_dspark_heads(dir: &Path, tag: &str, names: [&str; 3]) -> PathBuf {
+    let d = dir.join(format!("dspark-{tag}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(
+        drafter_dir("dflash-a").join("config.json"),
+        d.join("config.json"),
+    )
+    .unwrap();
+    let bytes = std::fs::read(drafter_dir("dflash-a").join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut rng = deltaspec::util::rng::Rng::new(5);
+    let to_bytes = |v: Vec<f32>| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let w1 = to_bytes(rng.vec_normal(256 * 8, 0.5));
+    let w2 = to_bytes(rng.vec_normal(256 * 8, 0.5));
+    let cw = to_bytes(rng.vec_normal(72, 0.1));
+    let mut views: Vec<(String, safetensors::tensor::TensorView)> = st.tensors();
+    for (name, shape, data) in [
+        (names[0], vec![256, 8], &w1),
+        (names[1], vec![256, 8], &w2),
+        (names[2], vec![1, 72], &cw),
+    ] {
+        let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, data).unwrap();
+        views.push((name.to_string(), v));
+    }
+    safetensors::serialize_to_file(views, None, &d.join("model.safetensors")).unwrap();
+    d
+}
+
+#[test]
+fn converter_writes_inline_dspark_heads_in_every_naming_scheme() {
+    let dir = scratch("dspark");
+    let r = reference("dflash-a");
+    let t = Qwen35::load(&target_dir("tiny-a")).unwrap();
+    for (tag, names) in [
+        (
+            "single",
+            [
+                "markov_head.markov_w1.weight",
+                "markov_head.markov_w2.weight",
+                "confidence_head.proj.weight",
+            ],
+        ),
+        (
+            "sidecar",
+            [
+                "dspark_markov_head.markov_w1.weight",
+                "dspark_markov_head.markov_w2.weight",
+                "dspark_confidence_head.weight",
+            ],
+        ),
+        (
+            "mtp",
+            [
+                "mtp.2.markov_head.markov_w1.weight",
+                "mtp.2.markov_head.markov_w2.weight",
+                "mtp.2.confidence_head.proj.weight",
+            ],
+        ),
+    ] {
+        let ck = with_dspark_heads(&dir, tag, names);
+        let out = dir.join(format!("{tag}.gguf"));
+        convert_dflash(&ck, &out, OutType::F32).unwrap();
+        let d = DFlash::load_for(&out, &t).unwrap();
+        let ds = d.cfg.dspark.clone().expect("dspark config");
+        assert_eq!(
+            (ds.markov_rank, ds.vocab, ds.confidence_dim),
+            (8, 256, Some(72)),
+            "{tag}"
+        );
+        let bias = d
+            .weights
+            .get("dflash.dspark.confidence.bias")
+            .unwrap()
+            .to_f32()
+            .unwrap();
+        assert_eq!(bias, vec![0.0], "{tag}: missing bias written as zero");
+
+        let n = r.tokens.len();
+        let f = features(&t, &d, &r.tokens[..n - 1]);
+        let mut be = backend::create("cpu").unwrap();
+        let mut s = DraftSession::new(&d, &t, be.as_mut(), n - 1 + d.cfg.block_size).unwrap();
+        let o = s.draft(&f, r.tokens[n - 1]).unwrap();
+        // The backbone is unchanged; the Markov-corrected logits and tokens come on top.
+        let err = rel_err(&o.raw_logits, &r.logits);
+        assert!(err <= 1e-4, "{tag}: backbone rel err {err:.3e}");
+        assert_eq!(o.tokens.len(), d.cfg.block_size - 1);
+        assert_eq!(o.logits.len(), (d.cfg.block_size - 1) * r.vocab);
+        assert_eq!(
+            argmax_rows(&o.logits, r.vocab),
+            o.tokens.iter().map(|&x| x as usize).collect::<Vec<_>>()
+        );
+        assert_eq!(o.confidence.len(), d.cfg.block_size - 1);
+        assert!(o.confidence.iter().all(|c| *c > 0.0 && *c < 1.0), "{tag}");
+        std::fs::remove_dir_all(&ck).unwrap();
+    }
+    // An incomplete Markov head is refused.
+    let ck = with_dspark_heads(
+        &dir,
+        "bad",
+        [
+            "markov_head.markov_w1.weight",
+            "other.weight",
+            "confidence_head.proj.weight",
+        ],
+    );
+    let e = convert_err(&ck, &dir.join("bad.gguf"));
+    assert!(e.contains("unknown tensor 'other.weight'"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,12 +7,15 @@
 //! * DFlash keys are read from `dflash_config` first, then the top level; target layer ids also
 //!   from `aux_hidden_state_layer_ids`. RoPE θ and YaRN come from `rope_parameters`
 //!   (transformers ≥ 5) or `rope_theta` / `rope_scaling`.
+//! * DSpark heads inline in the safetensors (single-file releases: `markov_head.*`,
+//!   `confidence_head.proj.*`; Lucebox sidecar names `dspark_*`; DS4 MTP `mtp.2.*`) are written
+//!   as `dflash.dspark.*` with their keys; a confidence head without a bias gets a zero bias.
 //! * Every tensor must be known (z-lab names, optionally `model.`-prefixed, or HF
 //!   `MuseGlimmerAssistant`'s `encoder.fc` / `encoder.output_norm_enc`), and every expected one
 //!   present with its shape; otherwise nothing is written. The file is written to a temporary
 //!   path next to the output and renamed into place.
 
-use super::config::{DFlashConfig, YarnScaling};
+use super::config::{DFlashConfig, DSparkConfig, YarnScaling};
 use super::gguf_load::expected_tensors;
 use super::{ARCH, names};
 use crate::gguf::{GgufWriter, Value, ValueType};
@@ -79,6 +82,23 @@ fn gguf_name(key: &str) -> Option<String> {
             return Some(names::HIDDEN_NORM.into());
         }
         "norm.weight" => return Some(names::OUTPUT_NORM.into()),
+        _ => {}
+    }
+    // DSpark heads: single-file releases, the Lucebox sidecar names, DS4 MTP shards.
+    let head = k.strip_prefix("mtp.2.").unwrap_or(k);
+    match head {
+        "markov_head.markov_w1.weight" | "dspark_markov_head.markov_w1.weight" => {
+            return Some(names::MARKOV_W1.into());
+        }
+        "markov_head.markov_w2.weight" | "dspark_markov_head.markov_w2.weight" => {
+            return Some(names::MARKOV_W2.into());
+        }
+        "confidence_head.proj.weight" | "dspark_confidence_head.weight" => {
+            return Some(names::CONFIDENCE_W.into());
+        }
+        "confidence_head.proj.bias" | "dspark_confidence_head.bias" => {
+            return Some(names::CONFIDENCE_B.into());
+        }
         _ => {}
     }
     let rest = k.strip_prefix("layers.")?;
@@ -332,6 +352,52 @@ fn derive_config(
         }
     }
     let any_sliding = sliding_layers.contains(&true);
+    let dspark = match (t.get(names::MARKOV_W1), t.get(names::MARKOV_W2)) {
+        (None, None) => {
+            if t.contains_key(names::CONFIDENCE_W) || t.contains_key(names::CONFIDENCE_B) {
+                return Err(err(
+                    cfg_path,
+                    "a DSpark confidence head without a Markov head",
+                ));
+            }
+            None
+        }
+        (Some(w1), Some(w2)) => {
+            if w1.shape.len() != 2 || w1.shape != w2.shape {
+                return Err(err(
+                    cfg_path,
+                    format!(
+                        "DSpark Markov weights {:?} and {:?} are not both [vocab, rank]",
+                        w1.shape, w2.shape
+                    ),
+                ));
+            }
+            let confidence_dim = match t.get(names::CONFIDENCE_W) {
+                Some(c) if c.shape.len() == 2 && c.shape[0] == 1 => Some(c.shape[1]),
+                Some(c) => {
+                    return Err(err(
+                        cfg_path,
+                        format!("DSpark confidence weight {:?} is not [1, dim]", c.shape),
+                    ));
+                }
+                None if t.contains_key(names::CONFIDENCE_B) => {
+                    return Err(err(cfg_path, "a DSpark confidence bias without its weight"));
+                }
+                None => None,
+            };
+            Some(DSparkConfig {
+                markov_rank: w1.shape[1],
+                vocab: w1.shape[0],
+                confidence_dim,
+            })
+        }
+        _ => {
+            return Err(err(
+                cfg_path,
+                "an incomplete DSpark Markov head (w1 and w2 needed)",
+            ));
+        }
+    };
     let cfg = DFlashConfig {
         n_layers,
         hidden,
@@ -352,7 +418,7 @@ fn derive_config(
         target_block_count: num("num_target_layers"),
         sliding_window: if any_sliding { window } else { None },
         sliding_layers,
-        dspark: None,
+        dspark,
     };
     cfg.validate()?;
     Ok(cfg)
@@ -398,6 +464,18 @@ fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
     if let Some(n) = c.target_block_count {
         w.add_kv(&k("dflash.target_block_count"), u32v(n));
     }
+    if let Some(d) = &c.dspark {
+        w.add_kv(&k("dflash.dspark.enabled"), Value::Bool(true));
+        w.add_kv(&k("dflash.dspark.markov_rank"), u32v(d.markov_rank));
+        w.add_kv(&k("dflash.dspark.vocab_size"), u32v(d.vocab));
+        w.add_kv(
+            &k("dflash.dspark.confidence.enabled"),
+            Value::Bool(d.confidence_dim.is_some()),
+        );
+        if let Some(cd) = d.confidence_dim {
+            w.add_kv(&k("dflash.dspark.confidence_dim"), u32v(cd));
+        }
+    }
     if let Some(win) = c.sliding_window {
         w.add_kv(&k("attention.sliding_window"), u32v(win));
         w.add_kv(
@@ -425,6 +503,21 @@ pub fn convert_dflash(
     let mut tensors = read_tensors(dir)?;
     let cfg = derive_config(&cfg_path, &j, &tensors)?;
 
+    if cfg
+        .dspark
+        .as_ref()
+        .is_some_and(|d| d.confidence_dim.is_some())
+        && !tensors.contains_key(names::CONFIDENCE_B)
+    {
+        // A confidence head without a bias gets a zero bias (as Lucebox writes it).
+        tensors.insert(
+            names::CONFIDENCE_B.to_string(),
+            Loaded {
+                shape: vec![1],
+                values: vec![0.0],
+            },
+        );
+    }
     let expected = expected_tensors(&cfg);
     let mut w = GgufWriter::new();
     write_metadata(&mut w, &cfg);
