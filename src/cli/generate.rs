@@ -5,7 +5,8 @@ use super::tokens;
 use crate::backend;
 use crate::model::{Qwen35, Session};
 use crate::sched::{PolicyConfig, Ratio};
-use crate::spec::{Drafter, RollbackMode, SpecConfig, SpecMode, StepKind};
+use crate::spec::{Drafter, RollbackMode, Sampling, SpecConfig, SpecMode, StepKind};
+use crate::util::rng::Rng;
 use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::PathBuf;
@@ -75,9 +76,31 @@ pub struct Args {
     /// Adaptive policy: print every decision to stderr.
     #[arg(long)]
     pub policy_log: bool,
+    /// Sampling temperature (0 = greedy). With --spec, speculative sampling (lossless).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling: keep the most probable tokens whose mass reaches top-p.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Sampler seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 impl Args {
+    fn sampling(&self) -> anyhow::Result<Sampling> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            bail!("--temperature must be a finite number ≥ 0");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            bail!("--top-p must be in (0, 1]");
+        }
+        Ok(Sampling {
+            temperature: self.temperature,
+            top_p: self.top_p,
+        })
+    }
+
     fn spec_mode(&self) -> anyhow::Result<SpecMode> {
         Ok(match self.spec.as_str() {
             "off" => SpecMode::Off,
@@ -125,6 +148,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         m.tokenizer.as_ref().and_then(|t| t.eos())
     };
     let mode = a.spec_mode()?;
+    let sampling = a.sampling()?;
     let rollback = RollbackMode::parse(&a.rollback)?;
     let drafter = match (&mode, &a.draft) {
         (SpecMode::Off, None) => None,
@@ -140,6 +164,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             mode,
             max_draft: a.max_draft.unwrap_or(usize::MAX),
             rollback,
+            sampling,
+            seed: a.seed,
         };
         return run_spec(a, &m, &mut s, d, &prompt, &cfg);
     }
@@ -149,7 +175,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let stream = !a.json;
     let tok = m.tokenizer.as_ref();
     let mut out = std::io::stdout();
-    let generated = s.generate_greedy(&prompt, a.n, a.chunk, stop, |id| {
+    let on_token = |id| {
         first_at.get_or_insert_with(Instant::now);
         if stream {
             match tok.and_then(|t| t.decode(&[id], false).ok()) {
@@ -158,7 +184,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             }
             let _ = out.flush();
         }
-    })?;
+    };
+    let generated = if sampling.is_greedy() {
+        s.generate_greedy(&prompt, a.n, a.chunk, stop, on_token)?
+    } else {
+        let mut rng = Rng::new(a.seed);
+        crate::spec::sample::generate_sampled(
+            &mut s, &prompt, a.n, a.chunk, stop, &sampling, &mut rng, on_token,
+        )?
+    };
     let end = Instant::now();
     let first = first_at.unwrap_or(end);
     let decode_steps = generated.len().saturating_sub(1);
@@ -223,14 +257,14 @@ fn run_spec(
             }
         },
         |st| {
-            if a.policy_log {
-                if let Some(ev) = &st.policy {
-                    let kind = match st.kind {
-                        StepKind::Spec => format!("accepted {}/{}", st.accepted, st.drafted),
-                        StepKind::Plain => "1 token".to_string(),
-                    };
-                    eprintln!("{ev} -> {kind} in {:.3} ms", st.total_s * 1e3);
-                }
+            if a.policy_log
+                && let Some(ev) = &st.policy
+            {
+                let kind = match st.kind {
+                    StepKind::Spec => format!("accepted {}/{}", st.accepted, st.drafted),
+                    StepKind::Plain => "1 token".to_string(),
+                };
+                eprintln!("{ev} -> {kind} in {:.3} ms", st.total_s * 1e3);
             }
         },
     )?;

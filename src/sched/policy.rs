@@ -33,7 +33,7 @@ impl Ratio {
             "live" => Ok(Ratio::Live { initial: 1.9 }),
             "off" => Ok(Ratio::Disabled),
             _ => match s.parse::<f64>() {
-                Ok(r) if r == 0.0 => Ok(Ratio::Disabled),
+                Ok(0.0) => Ok(Ratio::Disabled),
                 Ok(r) if r.is_finite() && r > 0.0 => Ok(Ratio::Fixed(r)),
                 _ => Err(format!(
                     "bad spec-step ratio '{s}' (live, 0 to disable, or a positive number)"

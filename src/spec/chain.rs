@@ -14,10 +14,12 @@
 //! only moving the position. DeltaNet conv and recurrent state are overwritten in place by
 //! verify, so they need one of the [`RollbackMode`]s.
 
-use super::{Drafter, Features, SpecError, env};
+use super::sample::{Sampling, accept_sampled};
+use super::{DraftRequest, Drafter, Features, SpecError, env};
 use crate::model::Session;
 use crate::model::qwen35::{GraphOptions, LogitRows};
 use crate::state::Snapshot;
+use crate::util::rng::Rng;
 use std::time::Instant;
 
 /// How the state is brought back to "after root + accepted drafts" when verify rejected some.
@@ -161,6 +163,18 @@ pub fn accept_len(drafts: &[u32], argmax: &[u32]) -> usize {
         .count()
 }
 
+/// How verified drafts are accepted.
+pub enum Accept<'r> {
+    /// The longest prefix matching the target's argmax; the bonus is the argmax after it.
+    Greedy,
+    /// Speculative sampling: rejection against the drafter's distribution (see
+    /// [`super::sample`]); lossless for the target's distribution under `sampling`.
+    Sample {
+        sampling: Sampling,
+        rng: &'r mut Rng,
+    },
+}
+
 /// Runs one greedy chain round after `root` with at most `max` drafts (also limited by the
 /// drafter's block and the context left). On return the target has processed root + the
 /// accepted drafts, the drafter has been handed their features, and the bonus is the next
@@ -171,6 +185,18 @@ pub fn chain_round(
     rollback: &mut Rollback,
     root: u32,
     max: usize,
+) -> Result<ChainRound, SpecError> {
+    chain_round_with(s, drafter, rollback, root, max, &mut Accept::Greedy)
+}
+
+/// [`chain_round`] with a chosen accept rule.
+pub fn chain_round_with(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    rollback: &mut Rollback,
+    root: u32,
+    max: usize,
+    accept: &mut Accept<'_>,
 ) -> Result<ChainRound, SpecError> {
     let base = s.pos();
     let room = s.ctx().saturating_sub(base);
@@ -184,14 +210,29 @@ pub fn chain_round(
     let max = max.min(drafter.max_draft()).min(room - 1);
     let layers = drafter.feature_layers();
     let width = s.model().cfg.hidden;
+    let vocab = s.model().cfg.vocab;
+    let sampling = match accept {
+        Accept::Greedy => Sampling::greedy(),
+        Accept::Sample { sampling, .. } => *sampling,
+    };
 
     let t0 = Instant::now();
     let mut draft = if max > 0 {
-        drafter.propose(&mut env(s), root, max)?
+        let req = DraftRequest {
+            root,
+            max,
+            sampling,
+        };
+        drafter.propose(&mut env(s), &req)?
     } else {
         super::Draft::default()
     };
-    draft.tokens.truncate(max);
+    if draft.tokens.len() > max {
+        draft.tokens.truncate(max);
+        if let Some(q) = &mut draft.probs {
+            q.truncate(max * vocab);
+        }
+    }
     let t1 = Instant::now();
 
     let mut rows = Vec::with_capacity(draft.tokens.len() + 1);
@@ -209,7 +250,20 @@ pub fn chain_round(
     let out = s.forward(&rows, &opts)?;
     let t3 = Instant::now();
 
-    let a = accept_len(&draft.tokens, &out.argmax);
+    let (a, next) = match accept {
+        Accept::Greedy => {
+            let a = accept_len(&draft.tokens, &out.argmax);
+            (a, out.argmax[a])
+        }
+        Accept::Sample { sampling, rng } => {
+            let p: Vec<f32> = out
+                .logits
+                .chunks(vocab)
+                .flat_map(|row| sampling.probs(row))
+                .collect();
+            accept_sampled(&draft.tokens, draft.probs.as_deref(), &p, vocab, rng)?
+        }
+    };
     let keep = a + 1;
     if keep < rows.len() {
         rollback.rollback(s, base, &rows[..keep])?;
@@ -226,7 +280,7 @@ pub fn chain_round(
     let t5 = Instant::now();
 
     let mut emitted = draft.tokens[..a].to_vec();
-    emitted.push(out.argmax[a]);
+    emitted.push(next);
     Ok(ChainRound {
         drafted: draft.tokens.len(),
         accepted: a,

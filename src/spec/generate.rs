@@ -2,11 +2,13 @@
 //! `chain` (a chain round every step) and `adaptive` (the single-request policy of
 //! [`crate::sched::policy`] chooses per step).
 
-use super::chain::{ChainRound, Rollback, RollbackMode, chain_round};
+use super::chain::{Accept, ChainRound, Rollback, RollbackMode, chain_round_with};
+use super::sample::{Sampling, draw};
 use super::{Drafter, Features, SpecError, env};
 use crate::model::Session;
 use crate::model::qwen35::{GraphOptions, LogitRows};
 use crate::sched::{AdaptivePolicy, Decision, PolicyConfig, PolicyEvent};
+use crate::util::rng::Rng;
 use std::time::Instant;
 
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -42,6 +44,10 @@ pub struct SpecConfig {
     /// Drafts per round at most (also limited by the drafter's block).
     pub max_draft: usize,
     pub rollback: RollbackMode,
+    /// Greedy (the default) or temperature / top-p; T > 0 uses speculative sampling.
+    pub sampling: Sampling,
+    /// Seed of the target-side sampler.
+    pub seed: u64,
 }
 
 impl Default for SpecConfig {
@@ -53,6 +59,8 @@ impl Default for SpecConfig {
             mode: SpecMode::Chain,
             max_draft: usize::MAX,
             rollback: RollbackMode::SnapshotReplay,
+            sampling: Sampling::greedy(),
+            seed: 0,
         }
     }
 }
@@ -149,6 +157,17 @@ fn capture_opts(layers: &[usize], logits: LogitRows) -> GraphOptions {
     }
 }
 
+/// The next token from a step's last logits row: its argmax when greedy, else a draw.
+fn pick(out: &crate::model::session::StepOutput, sampler: &mut Option<(Sampling, Rng)>) -> u32 {
+    match sampler {
+        None => out.argmax[out.argmax.len() - 1],
+        Some((sampling, rng)) => {
+            let vocab = out.logits.len() / out.rows;
+            draw(&sampling.probs(&out.logits[(out.rows - 1) * vocab..]), rng)
+        }
+    }
+}
+
 /// Resets the drafter and prefills `prompt` in chunks of at most `chunk` tokens, committing
 /// every row and its features to the drafter. Returns the first generated token (the argmax of
 /// the last prompt row): the root of the first round.
@@ -157,6 +176,16 @@ pub fn prefill(
     drafter: &mut dyn Drafter,
     prompt: &[u32],
     chunk: usize,
+) -> Result<u32, SpecError> {
+    prefill_with(s, drafter, prompt, chunk, &mut None)
+}
+
+fn prefill_with(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    prompt: &[u32],
+    chunk: usize,
+    sampler: &mut Option<(Sampling, Rng)>,
 ) -> Result<u32, SpecError> {
     if prompt.is_empty() {
         return Err(SpecError::Invalid("the prompt is empty".into()));
@@ -169,7 +198,7 @@ pub fn prefill(
     for piece in prompt.chunks(chunk.max(1)) {
         let start = s.pos();
         let out = s.forward(piece, &opts)?;
-        last = out.argmax[0];
+        last = pick(&out, sampler);
         let f = Features::from_step(out.hidden, &layers, start, piece.len(), width)?;
         drafter.commit(&mut env(s), piece, &f)?;
     }
@@ -183,12 +212,14 @@ fn plain_step(
     drafter: &mut dyn Drafter,
     layers: &[usize],
     root: u32,
+    sampler: &mut Option<(Sampling, Rng)>,
 ) -> Result<(u32, StepStats), SpecError> {
     let width = s.model().cfg.hidden;
     let start = s.pos();
     let t0 = Instant::now();
     let out = s.forward(&[root], &capture_opts(layers, LogitRows::Last))?;
     let t1 = Instant::now();
+    let next = pick(&out, sampler);
     let f = Features::from_step(out.hidden, layers, start, 1, width)?;
     drafter.commit(&mut env(s), &[root], &f)?;
     let t2 = Instant::now();
@@ -204,11 +235,12 @@ fn plain_step(
         total_s: (t2 - t0).as_secs_f64(),
         policy: None,
     };
-    Ok((out.argmax[0], stats))
+    Ok((next, stats))
 }
 
-/// Greedy generation of up to `cfg.n` tokens after `prompt` with the drafter. The output
-/// equals [`Session::generate_greedy`]'s token for token (speculation is lossless); needs a
+/// Generation of up to `cfg.n` tokens after `prompt` with the drafter. Greedy output equals
+/// [`Session::generate_greedy`]'s token for token (speculation is lossless); sampled output
+/// (T > 0) follows the distribution of plain sampling. Needs a
 /// context of `prompt.len() + n − 1` positions, like plain decoding. `on_token` is called per
 /// emitted token, `on_step` per decode step.
 pub fn generate_spec(
@@ -229,9 +261,10 @@ pub fn generate_spec(
         _ => None,
     };
     let layers = drafter.feature_layers();
+    let mut sampler = (!cfg.sampling.is_greedy()).then(|| (cfg.sampling, Rng::new(cfg.seed)));
 
     let t0 = Instant::now();
-    let mut root = prefill(s, drafter, prompt, cfg.chunk)?;
+    let mut root = prefill_with(s, drafter, prompt, cfg.chunk, &mut sampler)?;
     let t_first = Instant::now();
     res.prefill_s = (t_first - t0).as_secs_f64();
     res.tokens.push(root);
@@ -250,7 +283,18 @@ pub fn generate_spec(
             };
             let mut stats = if spec && max > 0 {
                 let t = Instant::now();
-                let r: ChainRound = chain_round(s, drafter, &mut rollback, root, max)?;
+                let r: ChainRound = match &mut sampler {
+                    None => {
+                        chain_round_with(s, drafter, &mut rollback, root, max, &mut Accept::Greedy)?
+                    }
+                    Some((sampling, rng)) => {
+                        let mut acc = Accept::Sample {
+                            sampling: *sampling,
+                            rng,
+                        };
+                        chain_round_with(s, drafter, &mut rollback, root, max, &mut acc)?
+                    }
+                };
                 let total = t.elapsed().as_secs_f64();
                 if let Some(p) = policy.as_mut() {
                     p.observe_spec(r.accepted, total);
@@ -282,12 +326,12 @@ pub fn generate_spec(
                     policy: None,
                 }
             } else {
-                let (next, st) = plain_step(s, drafter, &layers, root)?;
+                let (next, st) = plain_step(s, drafter, &layers, root, &mut sampler)?;
                 // A plain step forced by the budget (no room to draft) is not a policy sample.
-                if let (Some(p), Some(e)) = (policy.as_mut(), &ev) {
-                    if e.decision == Decision::Plain {
-                        p.observe_plain(st.total_s);
-                    }
+                if let (Some(p), Some(e)) = (policy.as_mut(), &ev)
+                    && e.decision == Decision::Plain
+                {
+                    p.observe_plain(st.total_s);
                 }
                 root = next;
                 res.tokens.push(next);

@@ -13,10 +13,12 @@
 
 pub mod chain;
 pub mod generate;
+pub mod sample;
 pub mod testing;
 
-pub use chain::{ChainRound, Rollback, RollbackMode, chain_round};
+pub use chain::{Accept, ChainRound, Rollback, RollbackMode, chain_round, chain_round_with};
 pub use generate::{SpecConfig, SpecMode, SpecOutput, StepKind, StepStats, generate_spec, prefill};
+pub use sample::Sampling;
 
 use crate::backend::{Backend, WeightsId};
 use crate::model::{ModelError, Qwen35};
@@ -109,6 +111,20 @@ impl Features {
     }
 }
 
+/// What the loop asks of [`Drafter::propose`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftRequest {
+    /// The last emitted token, not yet processed by the target.
+    pub root: u32,
+    /// Propose at most this many tokens.
+    pub max: usize,
+    /// How the target samples. Greedy: propose the drafter's best chain. T > 0: draw each
+    /// token from the drafter's own distribution (same temperature / top-p) and return that
+    /// distribution in [`Draft::probs`] (or propose deterministically and return None, which
+    /// is lossless too but accepts less).
+    pub sampling: Sampling,
+}
+
 /// One proposal: a chain of tokens that follow the root.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Draft {
@@ -149,6 +165,9 @@ pub struct DraftEnv<'a> {
 ///    always equals the target's position, and `features.start` is the position of the first;
 /// 3. [`Drafter::propose`] between commits, with the root: the last emitted token, which the
 ///    target has not processed yet (the previous round's bonus).
+///
+/// A drafter that runs on the target's backend gets it through [`DraftEnv`] on every call
+/// (the session owns the backend borrow between calls).
 pub trait Drafter {
     /// Short name for logs and JSON output. Test drafters say so in their name.
     fn name(&self) -> String;
@@ -172,13 +191,8 @@ pub trait Drafter {
         features: &Features,
     ) -> Result<(), SpecError>;
 
-    /// Proposes up to `max` tokens that follow `root`, given the committed context.
-    fn propose(
-        &mut self,
-        env: &mut DraftEnv<'_>,
-        root: u32,
-        max: usize,
-    ) -> Result<Draft, SpecError>;
+    /// Proposes up to `req.max` tokens that follow `req.root`, given the committed context.
+    fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError>;
 }
 
 /// Builds the environment for a drafter call from a session.

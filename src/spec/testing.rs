@@ -3,7 +3,7 @@
 //! how many drafts are accepted; [`RandomDrafter`] proposes garbage. Use them for correctness
 //! tests only; their names say "test".
 
-use super::{Draft, DraftEnv, Drafter, Features, SpecError};
+use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
 use crate::util::rng::Rng;
 
 /// Where an [`InjectedDrafter`] corrupts its proposals.
@@ -123,12 +123,8 @@ impl Drafter for InjectedDrafter {
         Ok(())
     }
 
-    fn propose(
-        &mut self,
-        _env: &mut DraftEnv<'_>,
-        root: u32,
-        max: usize,
-    ) -> Result<Draft, SpecError> {
+    fn propose(&mut self, _env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
+        let (root, max) = (req.root, req.max);
         // The root is continuation[j], with j = rows committed after the prompt.
         let j = self.committed.saturating_sub(self.prompt_len);
         if self.continuation.get(j) != Some(&root) {
@@ -145,9 +141,10 @@ impl Drafter for InjectedDrafter {
                 }
             }
             Corrupt::Random { p, .. } => {
-                for i in 0..tokens.len() {
+                let vocab = self.vocab;
+                for t in tokens.iter_mut() {
                     if self.rng.uniform() < p {
-                        tokens[i] = self.wrong(tokens[i]);
+                        *t = ((*t as usize + 1) % vocab) as u32;
                     }
                 }
             }
@@ -199,14 +196,124 @@ impl Drafter for RandomDrafter {
         Ok(())
     }
 
-    fn propose(
-        &mut self,
-        _env: &mut DraftEnv<'_>,
-        _root: u32,
-        max: usize,
-    ) -> Result<Draft, SpecError> {
-        let n = max.min(self.max);
+    fn propose(&mut self, _env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
+        let n = req.max.min(self.max);
         let tokens = (0..n).map(|_| self.rng.below(self.vocab) as u32).collect();
         Ok(Draft::greedy(tokens))
+    }
+}
+
+/// **Test drafter** for speculative sampling: draws each proposal from
+/// `q = weight · onehot(continuation token) + (1 − weight) · uniform` and reports `q`
+/// (or, with `lie`, reports the uniform distribution instead: a broken drafter whose output
+/// must fail a distribution test). Greedy requests get the continuation without
+/// distributions.
+pub struct MixtureDrafter {
+    prompt_len: usize,
+    continuation: Vec<u32>,
+    vocab: usize,
+    weight: f32,
+    lie: bool,
+    rng: Rng,
+    max: usize,
+    committed: usize,
+}
+
+impl MixtureDrafter {
+    pub fn new(
+        prompt_len: usize,
+        continuation: Vec<u32>,
+        vocab: usize,
+        weight: f32,
+        max: usize,
+        seed: u64,
+    ) -> MixtureDrafter {
+        MixtureDrafter {
+            prompt_len,
+            continuation,
+            vocab,
+            weight,
+            lie: false,
+            rng: Rng::new(seed),
+            max,
+            committed: 0,
+        }
+    }
+
+    /// Reports a uniform `q` whatever it sampled from (negative control).
+    pub fn lying(mut self) -> Self {
+        self.lie = true;
+        self
+    }
+
+    /// Forgets commits past `committed` rows (the test restored the target to that point).
+    pub fn rewind(&mut self, committed: usize) {
+        self.committed = committed;
+    }
+}
+
+impl Drafter for MixtureDrafter {
+    fn name(&self) -> String {
+        format!("mixture (test only, weight {})", self.weight)
+    }
+
+    fn feature_layers(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
+    fn max_draft(&self) -> usize {
+        self.max
+    }
+
+    fn reset(&mut self, _env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
+        self.committed = 0;
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        _env: &mut DraftEnv<'_>,
+        tokens: &[u32],
+        _features: &Features,
+    ) -> Result<(), SpecError> {
+        self.committed += tokens.len();
+        Ok(())
+    }
+
+    fn propose(&mut self, _env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
+        let j = self.committed.saturating_sub(self.prompt_len);
+        let on_path = self.continuation.get(j) == Some(&req.root);
+        let n = req.max.min(self.max);
+        let v = self.vocab;
+        let mut tokens = Vec::with_capacity(n);
+        let mut probs = Vec::with_capacity(n * v);
+        for i in 0..n {
+            let c = if on_path {
+                self.continuation.get(j + 1 + i).copied()
+            } else {
+                None
+            };
+            if req.sampling.is_greedy() {
+                match c {
+                    Some(c) => tokens.push(c),
+                    None => break,
+                }
+                continue;
+            }
+            let w = if c.is_some() { self.weight } else { 0.0 };
+            let mut q = vec![(1.0 - w) / v as f32; v];
+            if let Some(c) = c {
+                q[c as usize] += w;
+            }
+            let t = super::sample::draw(&q, &mut self.rng);
+            tokens.push(t);
+            if self.lie {
+                probs.extend(std::iter::repeat_n(1.0 / v as f32, v));
+            } else {
+                probs.extend_from_slice(&q);
+            }
+        }
+        let probs = (!req.sampling.is_greedy()).then_some(probs);
+        Ok(Draft { tokens, probs })
     }
 }

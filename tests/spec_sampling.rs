@@ -1,0 +1,269 @@
+//! Sampling: plain temperature/top-p sampling and lossless speculative sampling follow the
+//! target's distribution (chi-square over many draws on a tiny model); a drafter that lies
+//! about its distribution is caught by the same test.
+
+mod common;
+
+use common::fixtures;
+use deltaspec::backend;
+use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+use deltaspec::model::{Qwen35, Session};
+use deltaspec::spec::sample::generate_sampled;
+use deltaspec::spec::testing::MixtureDrafter;
+use deltaspec::spec::{
+    Accept, Rollback, RollbackMode, Sampling, SpecConfig, SpecMode, chain_round_with,
+    generate_spec, prefill,
+};
+use deltaspec::util::rng::Rng;
+use std::collections::HashMap;
+
+const SAMPLING: Sampling = Sampling {
+    // The tiny random models are nearly flat at T = 1: sharpen so that a few thousand
+    // draws fill the bins.
+    temperature: 0.15,
+    top_p: 0.9,
+};
+
+fn model() -> Qwen35 {
+    Qwen35::load(&fixtures().join("models/tiny-a")).unwrap()
+}
+
+/// The target's next-token distribution after `tokens`.
+fn next_dist(m: &Qwen35, tokens: &[u32]) -> Vec<f32> {
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(m, be.as_mut(), tokens.len()).unwrap();
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: false,
+        capture: Vec::new(),
+    };
+    SAMPLING.probs(&s.forward(tokens, &opts).unwrap().logits)
+}
+
+/// Pearson's statistic with bins of expected count ≥ 5 (the rest pooled), and its critical
+/// value at p = 5e-4 (Wilson–Hilferty).
+fn chi_square<K: std::hash::Hash + Eq + Copy + std::fmt::Debug>(
+    observed: &HashMap<K, usize>,
+    expected: &HashMap<K, f64>,
+    n: usize,
+) -> (f64, f64, usize) {
+    for k in observed.keys() {
+        assert!(
+            expected.get(k).copied().unwrap_or(0.0) > 0.0,
+            "{k:?} drawn but has probability 0"
+        );
+    }
+    let (mut stat, mut bins) = (0.0, 0);
+    let (mut pool_e, mut pool_o) = (0.0, 0usize);
+    for (k, &p) in expected {
+        let e = p * n as f64;
+        let o = observed.get(k).copied().unwrap_or(0);
+        if e >= 5.0 {
+            stat += (o as f64 - e).powi(2) / e;
+            bins += 1;
+        } else {
+            pool_e += e;
+            pool_o += o;
+        }
+    }
+    if pool_e > 0.0 {
+        stat += (pool_o as f64 - pool_e).powi(2) / pool_e;
+        bins += 1;
+    }
+    let df = (bins - 1) as f64;
+    let z = 3.29;
+    let crit = df * (1.0 - 2.0 / (9.0 * df) + z * (2.0 / (9.0 * df)).sqrt()).powi(3);
+    (stat, crit, bins)
+}
+
+#[test]
+fn plain_sampling_matches_the_target_distribution() {
+    let m = model();
+    let prompt = [17u32, 240, 3, 99, 64];
+    let p = next_dist(&m, &prompt);
+    let support = p.iter().filter(|&&x| x > 0.0).count();
+    assert!(support > 3, "a degenerate distribution tests nothing");
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(&m, be.as_mut(), prompt.len()).unwrap();
+    let empty = s.snapshot().unwrap();
+    let mut rng = Rng::new(3);
+    let n = 2000;
+    let mut obs = HashMap::new();
+    for _ in 0..n {
+        s.restore(&empty).unwrap();
+        let t =
+            generate_sampled(&mut s, &prompt, 1, 512, None, &SAMPLING, &mut rng, |_| {}).unwrap();
+        *obs.entry(t[0]).or_insert(0) += 1;
+    }
+    let exp: HashMap<u32, f64> = (0..p.len())
+        .filter(|&i| p[i] > 0.0)
+        .map(|i| (i as u32, p[i] as f64))
+        .collect();
+    let (stat, crit, bins) = chi_square(&obs, &exp, n);
+    assert!(stat < crit, "chi2 {stat:.1} ≥ {crit:.1} over {bins} bins");
+}
+
+/// Draws `(x1, x2)` after a fixed root with chain rounds of speculative sampling.
+fn speculative_pairs(
+    m: &Qwen35,
+    prompt: &[u32],
+    lie: bool,
+    n: usize,
+) -> (HashMap<(u32, u32), usize>, [usize; 3]) {
+    let vocab = m.cfg.vocab;
+    let mut gbe = backend::create("cpu").unwrap();
+    let mut g = Session::new(m, gbe.as_mut(), prompt.len() + 4).unwrap();
+    let cont = g.generate_greedy(prompt, 4, 512, None, |_| {}).unwrap();
+
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(m, be.as_mut(), prompt.len() + 8).unwrap();
+    let mut d = MixtureDrafter::new(prompt.len(), cont.clone(), vocab, 0.6, 2, 11);
+    if lie {
+        d = d.lying();
+    }
+    let root = prefill(&mut s, &mut d, prompt, 512).unwrap();
+    assert_eq!(root, cont[0]);
+    let after_prompt = s.snapshot().unwrap();
+    let mut rb = Rollback::new(RollbackMode::SnapshotReplay).unwrap();
+    let mut rng = Rng::new(42);
+    let mut obs = HashMap::new();
+    let mut accepted = [0usize; 3];
+    for _ in 0..n {
+        s.restore(&after_prompt).unwrap();
+        d.rewind(prompt.len());
+        let mut acc = Accept::Sample {
+            sampling: SAMPLING,
+            rng: &mut rng,
+        };
+        let r = chain_round_with(&mut s, &mut d, &mut rb, root, 2, &mut acc).unwrap();
+        accepted[r.accepted] += 1;
+        let mut e = r.emitted;
+        if e.len() < 2 {
+            let r2 = chain_round_with(&mut s, &mut d, &mut rb, e[0], 2, &mut acc).unwrap();
+            e.push(r2.emitted[0]);
+        }
+        *obs.entry((e[0], e[1])).or_insert(0) += 1;
+    }
+    rb.release(&mut s).unwrap();
+    (obs, accepted)
+}
+
+#[test]
+fn speculative_sampling_matches_plain_sampling() {
+    let m = model();
+    let prompt = [17u32, 240, 3, 99, 64];
+    let mut gbe = backend::create("cpu").unwrap();
+    let mut g = Session::new(&m, gbe.as_mut(), prompt.len() + 1).unwrap();
+    let root = g.generate_greedy(&prompt, 1, 512, None, |_| {}).unwrap()[0];
+
+    // Exact joint of the two tokens after the root: p(x1) · p(x2 | x1).
+    let mut ctx = prompt.to_vec();
+    ctx.push(root);
+    let p1 = next_dist(&m, &ctx);
+    let mut exp = HashMap::new();
+    for (x1, &a) in p1.iter().enumerate() {
+        if a > 0.0 {
+            let mut c2 = ctx.clone();
+            c2.push(x1 as u32);
+            for (x2, &b) in next_dist(&m, &c2).iter().enumerate() {
+                if b > 0.0 {
+                    exp.insert((x1 as u32, x2 as u32), a as f64 * b as f64);
+                }
+            }
+        }
+    }
+
+    eprintln!(
+        "support p1 {} joint {}",
+        p1.iter().filter(|&&x| x > 0.0).count(),
+        exp.len()
+    );
+    let n = 1200;
+    let (obs, accepted) = speculative_pairs(&m, &prompt, false, n);
+    eprintln!("accepted drafts per round: {accepted:?}");
+    // Every path of the accept rule ran: rejection at once, after one draft, full accept.
+    assert!(
+        accepted.iter().all(|&c| c > 50),
+        "accepted counts {accepted:?}"
+    );
+    for (what, o, e) in views(&obs, &exp) {
+        let (stat, crit, bins) = chi_square(&o, &e, n);
+        eprintln!("{what}: chi2 {stat:.1} (critical {crit:.1}, {bins} bins)");
+        assert!(
+            stat < crit,
+            "{what}: chi2 {stat:.1} ≥ {crit:.1} over {bins} bins"
+        );
+    }
+
+    // Negative control: the same test catches a drafter that misreports q.
+    let n = 500;
+    let (bad, _) = speculative_pairs(&m, &prompt, true, n);
+    let caught = views(&bad, &exp).into_iter().any(|(what, o, e)| {
+        let (stat, crit, _) = chi_square(&o, &e, n);
+        eprintln!("lying drafter, {what}: chi2 {stat:.1} (critical {crit:.1})");
+        stat > 2.0 * crit
+    });
+    assert!(caught, "a drafter that misreports q was not caught");
+}
+
+type Views = Vec<(
+    &'static str,
+    HashMap<(u32, u32), usize>,
+    HashMap<(u32, u32), f64>,
+)>;
+
+/// The joint of (x1, x2) and its two marginals (keyed with the other token set to 0).
+fn views(obs: &HashMap<(u32, u32), usize>, exp: &HashMap<(u32, u32), f64>) -> Views {
+    let marg_o = |f: fn(&(u32, u32)) -> (u32, u32)| {
+        let mut m = HashMap::new();
+        for (k, &v) in obs {
+            *m.entry(f(k)).or_insert(0) += v;
+        }
+        m
+    };
+    let marg_e = |f: fn(&(u32, u32)) -> (u32, u32)| {
+        let mut m = HashMap::new();
+        for (k, &v) in exp {
+            *m.entry(f(k)).or_insert(0.0) += v;
+        }
+        m
+    };
+    let first: fn(&(u32, u32)) -> (u32, u32) = |k| (k.0, 0);
+    let second: fn(&(u32, u32)) -> (u32, u32) = |k| (0, k.1);
+    vec![
+        ("joint (x1, x2)", obs.clone(), exp.clone()),
+        ("x1", marg_o(first), marg_e(first)),
+        ("x2", marg_o(second), marg_e(second)),
+    ]
+}
+
+#[test]
+fn sampled_generate_spec_is_seeded_and_temperature_zero_is_greedy() {
+    let m = model();
+    let vocab = m.cfg.vocab;
+    let prompt = [1u32, 2, 3, 4];
+    let n = 16;
+    let run = |sampling: Sampling, seed: u64| {
+        let mut be = backend::create("cpu").unwrap();
+        let mut s = Session::new(&m, be.as_mut(), prompt.len() + n).unwrap();
+        let mut gbe = backend::create("cpu").unwrap();
+        let mut g = Session::new(&m, gbe.as_mut(), prompt.len() + n).unwrap();
+        let cont = g.generate_greedy(&prompt, n, 512, None, |_| {}).unwrap();
+        let mut d = MixtureDrafter::new(prompt.len(), cont.clone(), vocab, 0.7, 4, seed);
+        let cfg = SpecConfig {
+            n,
+            mode: SpecMode::Chain,
+            sampling,
+            seed,
+            ..Default::default()
+        };
+        let out = generate_spec(&mut s, &mut d, &prompt, &cfg, |_| {}, |_| {}).unwrap();
+        (out.tokens, cont)
+    };
+    let (a, _) = run(SAMPLING, 5);
+    let (b, _) = run(SAMPLING, 5);
+    assert_eq!(a, b, "same seed, same tokens");
+    assert_eq!(a.len(), n);
+    let (greedy, cont) = run(Sampling::greedy(), 5);
+    assert_eq!(greedy, cont);
+}
