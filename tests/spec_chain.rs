@@ -288,3 +288,28 @@ fn stop_token_ends_generation_inside_an_accepted_chain() {
     assert_eq!(got.tokens, want);
     assert_eq!(streamed, want);
 }
+
+#[test]
+fn replay_drafter_follows_its_profile_and_stays_lossless() {
+    use deltaspec::spec::replay::{ReplayDrafter, ReplayProfile};
+    let m = load("tiny-a");
+    let vocab = m.cfg.vocab;
+    let prompt: Vec<u32> = vec![9, 8, 7, 6, 5];
+    let n = 160;
+    let want = greedy(&m, &prompt, n);
+    for (profile, lo, hi) in [
+        (ReplayProfile::Code, 4.8, 7.0),
+        (ReplayProfile::Prose, 2.0, 3.5),
+    ] {
+        let inner = Box::new(RandomDrafter::new(1, vocab, 7));
+        let mut d = ReplayDrafter::new(inner, profile, prompt.len(), want.clone(), vocab, 3);
+        assert!(d.name().contains("REPLAY"));
+        let got = spec(&m, &mut d, &prompt, n, SpecMode::Chain);
+        assert_eq!(got.tokens, want, "{profile:?}: output differs");
+        let mean = got.mean_accept_len();
+        assert!(
+            (lo..hi).contains(&mean),
+            "{profile:?}: mean accepted length {mean:.2}"
+        );
+    }
+}
