@@ -9,10 +9,18 @@
 // HIP), warp 32 on NVIDIA. The host checks the device's warp size when it loads the module.
 #pragma once
 
-#if !defined(__AMDGPU__) && !defined(__NVPTX__)
+#if !defined(__AMDGPU__) && !defined(__NVPTX__) && !defined(DS_EMULATE)
 #error "deltaspec kernels are compiled for the device only (amdgcn or nvptx)"
 #endif
 
+#if defined(DS_EMULATE)
+// Host emulation for CI (tools/device/emu): threads are std::threads, see emu.h.
+#define __global__
+#define __device__
+#define __shared__ static
+#define DEV static inline
+#define KERNEL(threads) extern "C" void
+#else
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
@@ -21,6 +29,7 @@
 #define DEV static __device__ inline __attribute__((always_inline))
 // A kernel entry point with an unmangled name and a maximum block size.
 #define KERNEL(threads) extern "C" __global__ __attribute__((launch_bounds(threads))) void
+#endif
 
 typedef unsigned char u8;
 typedef signed char i8;
@@ -64,7 +73,7 @@ DEV i32 shfl_xor_i32(i32 v, u32 mask) {
 }
 DEV i32 shfl_idx_i32(i32 v, u32 src) { return __builtin_amdgcn_ds_bpermute((i32)(src << 2), v); }
 
-#else  // __NVPTX__
+#elif defined(__NVPTX__)
 
 DEV u32 tid_x() { return __nvvm_read_ptx_sreg_tid_x(); }
 DEV u32 bid_x() { return __nvvm_read_ptx_sreg_ctaid_x(); }
@@ -75,6 +84,8 @@ DEV void sync_block() { __nvvm_bar_sync(0); }
 DEV i32 shfl_xor_i32(i32 v, u32 mask) { return __nvvm_shfl_sync_bfly_i32(0xffffffffu, v, (i32)mask, 0x1f); }
 DEV i32 shfl_idx_i32(i32 v, u32 src) { return __nvvm_shfl_sync_idx_i32(0xffffffffu, v, (i32)src, 0x1f); }
 
+#else
+#include "emu.h"  // tid_x, bid_*, lane_id, sync_block, shfl_*_i32 on host threads
 #endif
 
 DEV float shfl_xor(float v, u32 mask) {

@@ -258,8 +258,9 @@ impl HipBackend {
         if let Some(f) = self.funcs.borrow().get(name) {
             return Ok(*f);
         }
-        let module = match self.modules.borrow().get(source) {
-            Some(m) => *m,
+        let loaded = self.modules.borrow().get(source).copied();
+        let module = match loaded {
+            Some(m) => m,
             None => {
                 let m = self
                     .load_module_for(&self.target, source)

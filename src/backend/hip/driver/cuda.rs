@@ -76,7 +76,11 @@ pub struct Cuda {
 
 impl Cuda {
     pub fn open() -> Result<Cuda, String> {
-        let lib = load_library(&["libcuda.so.1", "libcuda.so"])?;
+        // DELTASPEC_CUDA_LIB overrides the library (tests: the CPU emulator in tools/device/emu).
+        let lib = match std::env::var("DELTASPEC_CUDA_LIB") {
+            Ok(path) if !path.is_empty() => load_library(&[path.as_str()])?,
+            _ => load_library(&["libcuda.so.1", "libcuda.so"])?,
+        };
         // SAFETY: each signature is the CUDA driver API's C declaration of that symbol
         // (cuda.h; the `_v2` names are the 64-bit entry points cuda.h maps the plain names to).
         // The pointers are stored next to `lib`, which outlives them.

@@ -1,0 +1,832 @@
+//! Every op of the native GPU backend (`hip`) against the CPU reference backend, on random
+//! inputs with odd sizes, plus a whole synthetic model (prefill and decode).
+//!
+//! Each test SKIPS (passes, printing why) when the backend is unavailable: no GPU driver on the
+//! machine, or no kernels embedded because clang was missing at build time. On a GPU machine they
+//! run for real. The GPU backend poisons its intermediate buffers with NaN before every run, so a
+//! kernel that leaves part of its output unwritten fails the comparison.
+//!
+//! Tolerances: relative L2 error (‖gpu − cpu‖ / ‖cpu‖) ≤ 1e-5 for f32 math, ≤ 1e-4 for matmuls over
+//! quantized weights (dequantized products are fused into FMAs on the GPU), 1e-4 and the same
+//! argmax for whole-model logits. Integer outputs (argmax, top-k indices) must match exactly.
+
+mod common;
+
+use common::rel_err;
+use deltaspec::backend::hip::{HipBackend, Which};
+use deltaspec::backend::{
+    self, Backend, HostData, HostTensor, StateDecl, StatesId, WeightStore, WeightsId,
+};
+use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap};
+use deltaspec::tensor::{DType, quant};
+use deltaspec::util::rng::Rng;
+
+// ---------------------------------------------------------------------------------------------
+// Harness: the same graph on both backends.
+
+/// Opens the GPU backend, or prints why the test is skipped.
+fn gpu(test: &str) -> Option<HipBackend> {
+    match HipBackend::open(Which::Any) {
+        Ok(mut b) => {
+            b.set_poison(true);
+            eprintln!("{test}: running on {}", b.name());
+            Some(b)
+        }
+        Err(e) => {
+            eprintln!("SKIP {test}: hip backend unavailable: {e}");
+            None
+        }
+    }
+}
+
+struct Side {
+    be: Box<dyn Backend>,
+    w: WeightsId,
+    s: StatesId,
+}
+
+struct Pair {
+    cpu: Side,
+    gpu: Side,
+}
+
+type Outs = Vec<(String, HostTensor)>;
+
+impl Pair {
+    fn new(test: &str, weights: &WeightStore, states: &[StateDecl]) -> Option<Pair> {
+        Self::with(test, weights, states, |_| {})
+    }
+
+    fn with(
+        test: &str,
+        weights: &WeightStore,
+        states: &[StateDecl],
+        cfg: impl FnOnce(&mut HipBackend),
+    ) -> Option<Pair> {
+        let mut g = gpu(test)?;
+        cfg(&mut g);
+        let side = |mut be: Box<dyn Backend>| {
+            let w = be.upload_weights(weights).expect("upload");
+            let s = be.alloc_states(states).expect("alloc states");
+            Side { be, w, s }
+        };
+        Some(Pair {
+            cpu: side(backend::create("cpu").expect("cpu")),
+            gpu: side(Box::new(g)),
+        })
+    }
+
+    fn run(&mut self, g: &Graph, inputs: &[(&str, HostData)]) -> (Outs, Outs) {
+        let one = |s: &mut Side| {
+            let e = s.be.compile(g).expect("compile");
+            s.be.run(e, s.w, s.s, inputs).expect("run")
+        };
+        (one(&mut self.cpu), one(&mut self.gpu))
+    }
+
+    fn states(&mut self, name: &str) -> (Vec<f32>, Vec<f32>) {
+        (
+            self.cpu.be.read_state(self.cpu.s, name).expect("cpu state"),
+            self.gpu.be.read_state(self.gpu.s, name).expect("gpu state"),
+        )
+    }
+
+    fn write_state(&mut self, name: &str, v: &[f32]) {
+        self.cpu.be.write_state(self.cpu.s, name, v).unwrap();
+        self.gpu.be.write_state(self.gpu.s, name, v).unwrap();
+    }
+
+    /// Runs `g` on both and compares every output (and the named states) within `tol`.
+    fn check(
+        &mut self,
+        what: &str,
+        g: &Graph,
+        inputs: &[(&str, HostData)],
+        tol: f64,
+        states: &[&str],
+    ) {
+        let (c, h) = self.run(g, inputs);
+        compare(what, &c, &h, tol);
+        for s in states {
+            let (c, h) = self.states(s);
+            close(&format!("{what}: state {s}"), &h, &c, tol);
+        }
+    }
+}
+
+fn f32s(t: &HostTensor) -> Vec<f32> {
+    t.bytes()
+        .chunks_exact(4)
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
+}
+
+/// GPU values `got` against CPU values `want`: no NaN where the CPU has none, relative L2 error.
+fn close(what: &str, got: &[f32], want: &[f32], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].is_nan() != want[i].is_nan()) {
+        panic!(
+            "{what}: element {i} is {} on the GPU and {} on the CPU",
+            got[i], want[i]
+        );
+    }
+    let (g, w): (Vec<f32>, Vec<f32>) = got
+        .iter()
+        .zip(want)
+        .filter(|(a, b)| !a.is_nan() && !b.is_nan())
+        .map(|(a, b)| (*a, *b))
+        .unzip();
+    let e = rel_err(&g, &w);
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
+}
+
+fn compare(what: &str, cpu: &Outs, gpu: &Outs, tol: f64) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: output count");
+    for ((cn, ct), (gn, gt)) in cpu.iter().zip(gpu) {
+        assert_eq!(cn, gn, "{what}: output order");
+        assert_eq!(ct.shape, gt.shape, "{what}: {cn} shape");
+        assert_eq!(ct.dtype, gt.dtype, "{what}: {cn} dtype");
+        if ct.dtype == DType::I32 {
+            assert_eq!(gt.to_i32(), ct.to_i32(), "{what}: {cn}");
+        } else {
+            close(&format!("{what}: {cn}"), &f32s(gt), &f32s(ct), tol);
+        }
+    }
+}
+
+fn store(list: Vec<(&str, HostTensor)>) -> WeightStore {
+    let mut w = WeightStore::default();
+    for (n, t) in list {
+        w.insert(n, t);
+    }
+    w
+}
+
+/// A weight of `dtype` holding (the quantization of) normal values of scale `scale`.
+fn weight(rng: &mut Rng, dtype: DType, shape: &[usize], scale: f32) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let v = rng.vec_normal(n, scale);
+    HostTensor::from_bytes(dtype, shape, quant::quantize(dtype, &v).expect("quantize"))
+}
+
+const F32_TOL: f64 = 1e-5;
+const QUANT_TOL: f64 = 1e-4;
+
+const ALL_TYPES: &[DType] = &[
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Iq4Nl,
+    DType::Iq4Xs,
+];
+
+// ---------------------------------------------------------------------------------------------
+// MatMul, Embed
+
+fn matmul_graph(n: usize, k: usize, m: usize, dtype: DType) -> Graph {
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[n, k]).unwrap();
+    let w = b.weight("w", dtype, &[m, k]).unwrap();
+    let y = b.matmul(x, w).unwrap();
+    b.output("y", y).unwrap();
+    b.build()
+}
+
+/// Row lengths to test per type: whole blocks, including a non-multiple of 8 for the scalar
+/// float kernels.
+fn ks(dtype: DType) -> Vec<usize> {
+    match dtype.block_elems() {
+        1 => vec![64, 67, 300],
+        32 => vec![96, 512],
+        _ => vec![256, 768],
+    }
+}
+
+#[test]
+fn matmul_every_type_gemv_and_tiled() {
+    // gemv_max_n: default (GEMV up to 32 rows), 0 (always tiled), huge (always GEMV).
+    for (label, max_n) in [
+        ("default", None),
+        ("tiled", Some(0)),
+        ("gemv", Some(usize::MAX)),
+    ] {
+        for &dtype in ALL_TYPES {
+            for k in ks(dtype) {
+                let m = 37;
+                let mut rng = Rng::new(k as u64 * 31 + m as u64);
+                let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
+                let Some(mut p) = Pair::with("matmul", &w, &[], |g| {
+                    if let Some(n) = max_n {
+                        g.set_gemv_max_n(n);
+                    }
+                }) else {
+                    return;
+                };
+                for n in [1, 2, 3, 5, 8, 13, 33, 70] {
+                    let x = rng.vec_normal(n * k, 1.0);
+                    let tol = if dtype.is_quantized() {
+                        QUANT_TOL
+                    } else {
+                        F32_TOL
+                    };
+                    p.check(
+                        &format!("matmul[{label}] {dtype} n={n} k={k} m={m}"),
+                        &matmul_graph(n, k, m, dtype),
+                        &[("x", HostData::F32(x))],
+                        tol,
+                        &[],
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_with_an_activation_as_weight() {
+    let (n, k, m) = (3, 45, 19);
+    let Some(mut p) = Pair::new("matmul_activation", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut rng = Rng::new(5);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[n, k]).unwrap();
+    let w = b.input("w", DType::F32, &[m, k]).unwrap();
+    let y = b.matmul(x, w).unwrap();
+    b.output("y", y).unwrap();
+    p.check(
+        "matmul x·wᵀ, w an input",
+        &b.build(),
+        &[
+            ("x", HostData::F32(rng.vec_normal(n * k, 1.0))),
+            ("w", HostData::F32(rng.vec_normal(m * k, 1.0))),
+        ],
+        F32_TOL,
+        &[],
+    );
+}
+
+#[test]
+fn embed_every_type() {
+    for &dtype in ALL_TYPES {
+        let (v, d) = (41, ks(dtype)[0]);
+        let mut rng = Rng::new(d as u64);
+        let w = store(vec![("table", weight(&mut rng, dtype, &[v, d], 1.0))]);
+        let Some(mut p) = Pair::new("embed", &w, &[]) else {
+            return;
+        };
+        let ids: Vec<i32> = [0, 40, 7, 7, 13].to_vec();
+        let mut b = GraphBuilder::new();
+        let t = b.weight("table", dtype, &[v, d]).unwrap();
+        let i = b.input("ids", DType::I32, &[ids.len()]).unwrap();
+        let y = b.embed(t, i).unwrap();
+        b.output("y", y).unwrap();
+        p.check(
+            &format!("embed {dtype} d={d}"),
+            &b.build(),
+            &[("ids", HostData::I32(ids))],
+            1e-6,
+            &[],
+        );
+    }
+}
+
+#[test]
+fn bad_token_ids_and_positions_are_input_errors() {
+    let mut rng = Rng::new(3);
+    let w = store(vec![("table", weight(&mut rng, DType::F32, &[10, 8], 1.0))]);
+    let Some(mut g) = gpu("bad_inputs") else {
+        return;
+    };
+    let wid = g.upload_weights(&w).unwrap();
+    let sid = g
+        .alloc_states(&[
+            StateDecl::new("kc", &[4, 1, 8]),
+            StateDecl::new("vc", &[4, 1, 8]),
+        ])
+        .unwrap();
+    let mut b = GraphBuilder::new();
+    let t = b.weight("table", DType::F32, &[10, 8]).unwrap();
+    let i = b.input("ids", DType::I32, &[2]).unwrap();
+    let y = b.embed(t, i).unwrap();
+    b.output("y", y).unwrap();
+    let e = g.compile(&b.build()).unwrap();
+    let err = g
+        .run(e, wid, sid, &[("ids", HostData::I32(vec![3, 10]))])
+        .unwrap_err();
+    assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+
+    let p = AttnParams {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 8,
+        scale: 0.35,
+    };
+    let e = g.compile(&attention_graph(p, 1, 4, None)).unwrap();
+    let err = g
+        .run(e, wid, sid, &attn_inputs(&mut rng, 1, 1, 1, 8, &[4]))
+        .unwrap_err();
+    assert!(err.to_string().contains("outside the cache"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise, norms, slices
+
+fn binary_graph(shape: &[usize], op: &str) -> Graph {
+    let mut b = GraphBuilder::new();
+    let x = b.input("a", DType::F32, shape).unwrap();
+    let y = b.input("b", DType::F32, shape).unwrap();
+    let o = match op {
+        "add" => b.add(x, y),
+        "sigmoid_mul" => b.sigmoid_mul(x, y),
+        _ => b.swiglu(x, y),
+    }
+    .unwrap();
+    b.output("y", o).unwrap();
+    b.build()
+}
+
+#[test]
+fn elementwise_ops() {
+    let Some(mut p) = Pair::new("elementwise", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut rng = Rng::new(7);
+    let shape = [3, 1001];
+    for op in ["add", "sigmoid_mul", "swiglu"] {
+        let mut a = rng.vec_normal(3003, 4.0);
+        a[0] = 90.0; // saturating sigmoid / silu
+        a[1] = -90.0;
+        let bv = rng.vec_normal(3003, 4.0);
+        p.check(
+            op,
+            &binary_graph(&shape, op),
+            &[("a", HostData::F32(a)), ("b", HostData::F32(bv))],
+            F32_TOL,
+            &[],
+        );
+    }
+}
+
+#[test]
+fn norms_with_f32_and_quantized_weights() {
+    let mut rng = Rng::new(11);
+    for wt in [DType::F32, DType::F16, DType::BF16] {
+        let w = store(vec![
+            ("w333", weight(&mut rng, wt, &[333], 1.0)),
+            ("w257", weight(&mut rng, wt, &[257], 1.0)),
+            ("w48", weight(&mut rng, wt, &[48], 1.0)),
+        ]);
+        let Some(mut p) = Pair::new("norms", &w, &[]) else {
+            return;
+        };
+        // rms_norm
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[5, 333]).unwrap();
+        let wi = b.weight("w333", wt, &[333]).unwrap();
+        let y = b.rms_norm(x, wi, 1e-6).unwrap();
+        b.output("y", y).unwrap();
+        p.check(
+            &format!("rms_norm w {wt}"),
+            &b.build(),
+            &[("x", HostData::F32(rng.vec_normal(5 * 333, 2.0)))],
+            F32_TOL,
+            &[],
+        );
+        // add_rms_norm (two outputs)
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[4, 257]).unwrap();
+        let r = b.input("r", DType::F32, &[4, 257]).unwrap();
+        let wi = b.weight("w257", wt, &[257]).unwrap();
+        let (s, y) = b.add_rms_norm(x, r, wi, 1e-6).unwrap();
+        b.output("sum", s).unwrap();
+        b.output("y", y).unwrap();
+        p.check(
+            &format!("add_rms_norm w {wt}"),
+            &b.build(),
+            &[
+                ("x", HostData::F32(rng.vec_normal(4 * 257, 1.0))),
+                ("r", HostData::F32(rng.vec_normal(4 * 257, 1.0))),
+            ],
+            F32_TOL,
+            &[],
+        );
+        // gated_rms_norm over groups of 48
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[3, 5, 48]).unwrap();
+        let z = b.input("z", DType::F32, &[3, 240]).unwrap();
+        let wi = b.weight("w48", wt, &[48]).unwrap();
+        let y = b.gated_rms_norm(x, z, wi, 1e-6).unwrap();
+        b.output("y", y).unwrap();
+        p.check(
+            &format!("gated_rms_norm w {wt}"),
+            &b.build(),
+            &[
+                ("x", HostData::F32(rng.vec_normal(720, 1.0))),
+                ("z", HostData::F32(rng.vec_normal(720, 3.0))),
+            ],
+            F32_TOL,
+            &[],
+        );
+    }
+    let Some(mut p) = Pair::new("l2_norm", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[7, 129]).unwrap();
+    let y = b.l2_norm(x, 1e-6, 0.3).unwrap();
+    b.output("y", y).unwrap();
+    p.check(
+        "l2_norm",
+        &b.build(),
+        &[("x", HostData::F32(rng.vec_normal(7 * 129, 1.0)))],
+        F32_TOL,
+        &[],
+    );
+}
+
+#[test]
+fn slices_rows_and_reshape_views() {
+    let Some(mut p) = Pair::new("slices", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut rng = Rng::new(13);
+    let mut b = GraphBuilder::new();
+    let x = b.input("x", DType::F32, &[4, 100]).unwrap();
+    let s = b.slice_last(x, 17, 31).unwrap();
+    let v = b.reshape(x, &[8, 50]).unwrap();
+    let r = b.rows(v, 2, 5).unwrap();
+    let r2 = b.reshape(r, &[10, 25]).unwrap();
+    let s2 = b.slice_last(r2, 0, 25).unwrap();
+    b.output("slice", s).unwrap();
+    b.output("rows", r).unwrap();
+    b.output("view_of_rows", r2).unwrap();
+    b.output("slice_all", s2).unwrap();
+    b.output("input_view", v).unwrap();
+    p.check(
+        "slices",
+        &b.build(),
+        &[("x", HostData::F32(rng.vec_normal(400, 1.0)))],
+        0.0,
+        &[],
+    );
+}
+
+#[test]
+fn rope_partial_and_full() {
+    let Some(mut p) = Pair::new("rope", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut rng = Rng::new(17);
+    for (rot, theta) in [(16, 1e4f32), (40, 1e7), (0, 1e4)] {
+        let (t, h, d) = (6, 3, 40);
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[t, h, d]).unwrap();
+        let pos = b.input("pos", DType::I32, &[t]).unwrap();
+        let y = b.rope(x, pos, rot, theta).unwrap();
+        b.output("y", y).unwrap();
+        p.check(
+            &format!("rope rot={rot} theta={theta}"),
+            &b.build(),
+            &[
+                ("x", HostData::F32(rng.vec_normal(t * h * d, 1.0))),
+                ("pos", HostData::I32(vec![0, 1, 7, 100, 4000, 65000])),
+            ],
+            F32_TOL,
+            &[],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stateful ops: conv, gated delta net, attention. Sequences are split over several calls, so the
+// state carried between calls is compared too.
+
+#[test]
+fn conv_step_over_split_calls() {
+    let (c, k) = (67, 4);
+    let mut rng = Rng::new(19);
+    let w = store(vec![("w", weight(&mut rng, DType::F32, &[c, k], 0.5))]);
+    let Some(mut p) = Pair::new("conv_step", &w, &[StateDecl::new("st", &[k - 1, c])]) else {
+        return;
+    };
+    for t in [5, 1, 2, 1] {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[t, c]).unwrap();
+        let wi = b.weight("w", DType::F32, &[c, k]).unwrap();
+        let st = b.state("st", &[k - 1, c]).unwrap();
+        let y = b.conv_step(x, wi, st).unwrap();
+        b.output("y", y).unwrap();
+        p.check(
+            &format!("conv_step t={t}"),
+            &b.build(),
+            &[("x", HostData::F32(rng.vec_normal(t * c, 1.0)))],
+            F32_TOL,
+            &["st"],
+        );
+    }
+}
+
+fn gdn_graph(p: GdnParams, t: usize) -> Graph {
+    let mut b = GraphBuilder::new();
+    let qkv = b.input("qkv", DType::F32, &[t, p.conv_dim()]).unwrap();
+    let bb = b.input("b", DType::F32, &[t, p.nv]).unwrap();
+    let a = b.input("a", DType::F32, &[t, p.nv]).unwrap();
+    let ssm_a = b.weight("ssm_a", DType::F32, &[p.nv]).unwrap();
+    let dt = b.weight("dt_bias", DType::F16, &[p.nv]).unwrap();
+    let st = b.state("S", &[p.nv, p.dk, p.dv]).unwrap();
+    let o = b.gated_delta_net(p, qkv, bb, a, ssm_a, dt, st).unwrap();
+    b.output("o", o).unwrap();
+    b.build()
+}
+
+#[test]
+fn gated_delta_net_register_and_generic_paths() {
+    for (dk, dv) in [(64, 64), (128, 128), (128, 40), (48, 72)] {
+        for head_map in [HeadMap::Tiled, HeadMap::Grouped] {
+            let p = GdnParams {
+                nk: 2,
+                nv: 6,
+                dk,
+                dv,
+                head_map,
+                l2_eps: 1e-6,
+            };
+            let mut rng = Rng::new((dk * 1000 + dv) as u64);
+            let ssm_a: Vec<f32> = (0..p.nv).map(|_| -rng.range(0.01, 16.0)).collect();
+            let dt: Vec<f32> = (0..p.nv).map(|_| rng.range(0.5, 1.5)).collect();
+            let w = store(vec![
+                ("ssm_a", HostTensor::from_f32(&[p.nv], &ssm_a)),
+                (
+                    "dt_bias",
+                    HostTensor::from_bytes(
+                        DType::F16,
+                        &[p.nv],
+                        quant::quantize(DType::F16, &dt).unwrap(),
+                    ),
+                ),
+            ]);
+            let Some(mut pair) = Pair::new(
+                "gated_delta_net",
+                &w,
+                &[StateDecl::new("S", &[p.nv, p.dk, p.dv])],
+            ) else {
+                return;
+            };
+            for t in [6, 1, 1, 3] {
+                let inputs = [
+                    ("qkv", HostData::F32(rng.vec_normal(t * p.conv_dim(), 1.0))),
+                    ("b", HostData::F32(rng.vec_normal(t * p.nv, 2.0))),
+                    ("a", HostData::F32(rng.vec_normal(t * p.nv, 2.0))),
+                ];
+                pair.check(
+                    &format!("gdn dk={dk} dv={dv} {head_map:?} t={t}"),
+                    &gdn_graph(p, t),
+                    &inputs,
+                    F32_TOL,
+                    &["S"],
+                );
+            }
+        }
+    }
+}
+
+/// Attention over caches of `cap` rows; `window` Some(w) for the non-causal variant.
+fn attention_graph(p: AttnParams, t: usize, cap: usize, window: Option<usize>) -> Graph {
+    let mut b = GraphBuilder::new();
+    let q = b
+        .input("q", DType::F32, &[t, p.n_heads, p.head_dim])
+        .unwrap();
+    let k = b
+        .input("k", DType::F32, &[t, p.n_kv_heads, p.head_dim])
+        .unwrap();
+    let v = b
+        .input("v", DType::F32, &[t, p.n_kv_heads, p.head_dim])
+        .unwrap();
+    let pos = b.input("pos", DType::I32, &[t]).unwrap();
+    let kc = b.state("kc", &[cap, p.n_kv_heads, p.head_dim]).unwrap();
+    let vc = b.state("vc", &[cap, p.n_kv_heads, p.head_dim]).unwrap();
+    let o = match window {
+        None => b.attention(p, q, k, v, pos, kc, vc),
+        Some(w) => b.attention_non_causal(p, w, q, k, v, pos, kc, vc),
+    }
+    .unwrap();
+    b.output("o", o).unwrap();
+    b.build()
+}
+
+fn attn_inputs(
+    rng: &mut Rng,
+    t: usize,
+    nh: usize,
+    nkv: usize,
+    hd: usize,
+    pos: &[i32],
+) -> Vec<(&'static str, HostData)> {
+    assert_eq!(pos.len(), t);
+    vec![
+        ("q", HostData::F32(rng.vec_normal(t * nh * hd, 1.0))),
+        ("k", HostData::F32(rng.vec_normal(t * nkv * hd, 1.0))),
+        ("v", HostData::F32(rng.vec_normal(t * nkv * hd, 1.0))),
+        ("pos", HostData::I32(pos.to_vec())),
+    ]
+}
+
+#[test]
+fn attention_prefill_decode_and_long_context() {
+    let cap = 1500;
+    for (nh, nkv, hd) in [(4, 2, 64), (6, 2, 40), (2, 1, 256), (3, 3, 17)] {
+        let p = AttnParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let decls = [
+            StateDecl::new("kc", &[cap, nkv, hd]),
+            StateDecl::new("vc", &[cap, nkv, hd]),
+        ];
+        let Some(mut pair) = Pair::new("attention", &WeightStore::default(), &decls) else {
+            return;
+        };
+        let mut rng = Rng::new((nh * 100 + hd) as u64);
+        let what = format!("attention nh={nh} nkv={nkv} hd={hd}");
+        // Prefill 9 rows, then decode 2.
+        let pos: Vec<i32> = (0..9).collect();
+        pair.check(
+            &format!("{what} prefill"),
+            &attention_graph(p, 9, cap, None),
+            &attn_inputs(&mut rng, 9, nh, nkv, hd, &pos),
+            F32_TOL,
+            &["kc", "vc"],
+        );
+        for at in [9, 10] {
+            pair.check(
+                &format!("{what} decode@{at}"),
+                &attention_graph(p, 1, cap, None),
+                &attn_inputs(&mut rng, 1, nh, nkv, hd, &[at]),
+                F32_TOL,
+                &["kc", "vc"],
+            );
+        }
+        // A long context (split over several blocks and combined): fill the caches directly.
+        let kc = rng.vec_normal(cap * nkv * hd, 1.0);
+        let vc = rng.vec_normal(cap * nkv * hd, 1.0);
+        pair.write_state("kc", &kc);
+        pair.write_state("vc", &vc);
+        for at in [700, 1499] {
+            pair.check(
+                &format!("{what} decode@{at}"),
+                &attention_graph(p, 1, cap, None),
+                &attn_inputs(&mut rng, 1, nh, nkv, hd, &[at]),
+                F32_TOL,
+                &["kc", "vc"],
+            );
+        }
+        // A verify block of 4 rows deep in the context.
+        let pos = [1200, 1201, 1202, 1203];
+        pair.check(
+            &format!("{what} block@1200"),
+            &attention_graph(p, 4, cap, None),
+            &attn_inputs(&mut rng, 4, nh, nkv, hd, &pos),
+            F32_TOL,
+            &["kc", "vc"],
+        );
+        // Non-causal (drafter blocks), unlimited and windowed.
+        for window in [0, 3, 300] {
+            pair.check(
+                &format!("{what} non-causal window={window}"),
+                &attention_graph(p, 4, cap, Some(window)),
+                &attn_inputs(&mut rng, 4, nh, nkv, hd, &[900, 901, 902, 903]),
+                F32_TOL,
+                &["kc", "vc"],
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Selection
+
+#[test]
+fn argmax_and_top_k_with_ties_and_nan() {
+    let Some(mut p) = Pair::new("select", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut rng = Rng::new(23);
+    let (rows, v) = (4, 1003);
+    let mut x: Vec<f32> = (0..rows * v)
+        .map(|_| (rng.below(50) as f32) * 0.5 - 10.0)
+        .collect(); // many ties
+    x[v + 5] = f32::NAN; // row 1: NaN ranks first
+    x[2 * v + 7] = -0.0;
+    x[2 * v + 3] = 0.0;
+    for (i, val) in x[3 * v..4 * v].iter_mut().enumerate() {
+        *val = -(i as f32); // row 3: strictly decreasing
+    }
+    for k in [1, 5, 64] {
+        let mut b = GraphBuilder::new();
+        let xi = b.input("x", DType::F32, &[rows, v]).unwrap();
+        let am = b.argmax(xi).unwrap();
+        let (vals, idx) = b.top_k(xi, k).unwrap();
+        b.output("argmax", am).unwrap();
+        b.output("values", vals).unwrap();
+        b.output("indices", idx).unwrap();
+        p.check(
+            &format!("argmax/top_k k={k}"),
+            &b.build(),
+            &[("x", HostData::F32(x.clone()))],
+            0.0,
+            &[],
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A whole model.
+
+#[test]
+fn tiny_q8_0_model_prefill_and_decode_match_cpu() {
+    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+    use deltaspec::model::{Qwen35, Session, synth};
+    let Some(g) = gpu("tiny_model") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny-q8_0.gguf");
+    synth::write(
+        &synth::preset("tiny").unwrap(),
+        synth::Recipe::Q8_0,
+        7,
+        &path,
+    )
+    .unwrap();
+    let model = Qwen35::load(&path).unwrap();
+    let vocab = model.cfg.vocab;
+
+    let mut cpu = backend::create("cpu").unwrap();
+    let mut gpu_be: Box<dyn Backend> = Box::new(g);
+    let mut sc = Session::new(&model, cpu.as_mut(), 64).unwrap();
+    let mut sg = Session::new(&model, gpu_be.as_mut(), 64).unwrap();
+    let all = GraphOptions {
+        logits: LogitRows::All,
+        argmax: true,
+        capture: vec![1, 3],
+    };
+    let prompt: Vec<u32> = vec![3, 141, 59, 265, 35, 89, 7];
+    let (c, h) = (
+        sc.forward(&prompt, &all).unwrap(),
+        sg.forward(&prompt, &all).unwrap(),
+    );
+    let check = |what: &str,
+                 c: &deltaspec::model::session::StepOutput,
+                 h: &deltaspec::model::session::StepOutput| {
+        assert_eq!(c.logits.len(), h.logits.len());
+        let e = rel_err(&h.logits, &c.logits);
+        assert!(e <= 1e-4, "{what}: logits relative error {e:.3e}");
+        assert_eq!(h.argmax, c.argmax, "{what}: argmax");
+        assert_eq!(
+            common::argmax_rows(&h.logits, vocab),
+            common::argmax_rows(&c.logits, vocab),
+            "{what}"
+        );
+        for ((lc, vc), (lh, vh)) in c.hidden.iter().zip(&h.hidden) {
+            assert_eq!(lc, lh);
+            let e = rel_err(vh, vc);
+            assert!(e <= 1e-4, "{what}: hidden.{lc} relative error {e:.3e}");
+        }
+        eprintln!("{what}: logits rel err {e:.2e}");
+    };
+    check("prefill", &c, &h);
+    let last = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: vec![],
+    };
+    let mut tok = c.argmax[c.argmax.len() - 1];
+    for step in 0..4 {
+        let (c, h) = (
+            sc.forward(&[tok], &last).unwrap(),
+            sg.forward(&[tok], &last).unwrap(),
+        );
+        check(&format!("decode {step}"), &c, &h);
+        tok = c.argmax[0];
+    }
+    // A second chunk of prefill on top of the decoded context.
+    let (c, h) = (
+        sc.forward(&[5, 6, 7], &all).unwrap(),
+        sg.forward(&[5, 6, 7], &all).unwrap(),
+    );
+    check("second prefill chunk", &c, &h);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(tok < vocab as u32);
+}

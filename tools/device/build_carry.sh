@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine runs (it has no cargo) and copies it into carry/ (git-ignored):
+#   carry/deltaspec    the release binary (CLI, benches)
+#   carry/hip_build    release test binary: embedded kernel objects (no GPU needed)
+#   carry/hip_ops      release test binary: every op and a tiny model, hip vs cpu
+#   carry/run_hip.sh   the script to run there (tools/device/run_hip.sh)
+# Usage: tools/device/build_carry.sh [carry-dir]
+# Binaries are stripped of debug info to stay well under the 64 MiB carry limit (symbols and
+# panic messages remain).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="${1:-$root/carry}"
+cd "$root"
+tests=(hip_build hip_ops)
+test_args=()
+for t in "${tests[@]}"; do test_args+=(--test "$t"); done
+
+echo "+ cargo build --release --bin deltaspec"
+cargo build --release --bin deltaspec
+echo "+ cargo test --release --no-run --message-format=json ${test_args[*]}"
+json="$(mktemp)"
+trap 'rm -f "$json"' EXIT
+cargo test --release --no-run --message-format=json "${test_args[@]}" >"$json"
+
+mkdir -p "$out"
+# One executable per test target: "name path" lines from the compiler-artifact messages.
+python3 - "$json" >"$json.list" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+PY
+found=0
+while read -r name path; do
+    echo "+ cp $path $out/$name"
+    cp "$path" "$out/$name"
+    found=$((found + 1))
+done <"$json.list"
+rm -f "$json.list"
+[ "$found" -eq "${#tests[@]}" ] || { echo "build_carry.sh: expected ${#tests[@]} test binaries, found $found" >&2; exit 1; }
+cp target/release/deltaspec "$out/deltaspec"
+cp tools/device/run_hip.sh "$out/run_hip.sh"
+if command -v strip >/dev/null 2>&1; then
+    strip --strip-debug "$out/deltaspec" "${tests[@]/#/$out/}"
+fi
+{
+    echo "built: $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+    "$out/deltaspec" backends 2>&1 | sed 's/^/  /' || true
+} >"$out/MANIFEST"
+ls -la "$out"
+du -sh "$out"
+cat "$out/MANIFEST"
