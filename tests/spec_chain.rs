@@ -40,12 +40,24 @@ fn spec(
     n: usize,
     mode: SpecMode,
 ) -> deltaspec::spec::SpecOutput {
+    spec_with(m, d, prompt, n, mode, RollbackMode::SnapshotReplay)
+}
+
+fn spec_with(
+    m: &Qwen35,
+    d: &mut dyn Drafter,
+    prompt: &[u32],
+    n: usize,
+    mode: SpecMode,
+    rollback: RollbackMode,
+) -> deltaspec::spec::SpecOutput {
     let mut be = backend::create("cpu").unwrap();
     let mut s = Session::new(m, be.as_mut(), prompt.len() + n).unwrap();
     let cfg = SpecConfig {
         n,
         chunk: 7,
         mode,
+        rollback,
         ..Default::default()
     };
     let out = generate_spec(&mut s, d, prompt, &cfg, |_| {}, |_| {}).unwrap();
@@ -99,6 +111,26 @@ fn speculative_greedy_equals_plain_greedy_for_every_drafter() {
                     d.name()
                 );
             }
+            // The memory-lean rollback (DeltaNet state via host, position moved back).
+            let mut d = InjectedDrafter::new(
+                prompt.len(),
+                want.clone(),
+                vocab,
+                max,
+                Corrupt::Random { p: 0.3, seed: 9 },
+            );
+            let got = spec_with(
+                &m,
+                &mut d,
+                &prompt,
+                n,
+                SpecMode::Chain,
+                RollbackMode::RecurrentHost,
+            );
+            assert_eq!(
+                got.tokens, want,
+                "{name} prompt {p}: recurrent-host rollback differs"
+            );
             // Adaptive mode mixes plain bursts and probes; still lossless.
             let mut d = RandomDrafter::new(7, vocab, max);
             let pol = PolicyConfig {
@@ -180,7 +212,9 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
         let prompt: Vec<u32> = (0..9).map(|i| (i * 53 + 7) as u32 % vocab as u32).collect();
         let cont = greedy(&m, &prompt, n_draft + 2);
         let ctx = prompt.len() + n_draft + 4;
-        for k in 0..=n_draft {
+        for (k, mode) in (0..=n_draft).flat_map(|k| {
+            [RollbackMode::SnapshotReplay, RollbackMode::RecurrentHost].map(|m| (k, m))
+        }) {
             // Speculative session: prefill, then one chain round with drafts corrupted at k.
             let mut be = backend::create("cpu").unwrap();
             let mut s = Session::new(&m, be.as_mut(), ctx).unwrap();
@@ -195,7 +229,7 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
             .recording();
             let root = prefill(&mut s, &mut d, &prompt, 4).unwrap();
             assert_eq!(root, cont[0]);
-            let mut rb = Rollback::new(RollbackMode::SnapshotReplay).unwrap();
+            let mut rb = Rollback::new(mode).unwrap();
             let r = chain_round(&mut s, &mut d, &mut rb, root, n_draft).unwrap();
             rb.release(&mut s).unwrap();
             assert_eq!(r.drafted, n_draft);
@@ -229,7 +263,7 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
                     b.truncate(rows);
                 }
                 let e = rel_err(&a, &b);
-                assert!(e <= 1e-6, "{name} k={k} {st}: rel err {e:e}");
+                assert!(e <= 1e-6, "{name} k={k} {mode:?} {st}: rel err {e:e}");
             }
 
             // The drafter got the committed rows' features: root + k accepted drafts.

@@ -50,8 +50,10 @@ pub struct Args {
     /// Drafts per round at most (default: the drafter's block size − 1).
     #[arg(long)]
     pub max_draft: Option<usize>,
-    /// Rollback of the DeltaNet state after a partial accept: snapshot (copy before verify,
-    /// restore and replay the accepted rows) or per-token (not available yet).
+    /// Rollback of the DeltaNet state after a partial accept: snapshot (copy the whole state
+    /// before verify, restore and replay the accepted rows), recurrent-host (copy only the
+    /// DeltaNet state through host memory, move the position back, replay), or per-token
+    /// (not available yet).
     #[arg(long, default_value = "snapshot")]
     pub rollback: String,
     /// Adaptive policy: spec-step / plain-step time ratio: `live` (measured EMAs, 1.9 until

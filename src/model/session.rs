@@ -86,6 +86,18 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// Moves the position back to `pos` without touching any state. Exact for attention (KV
+    /// rows past the position are never read and get overwritten); the caller must bring the
+    /// DeltaNet conv and recurrent state back to `pos` itself (speculative rollback).
+    pub fn rewind_position(&mut self, pos: usize) {
+        assert!(
+            pos <= self.pos,
+            "rewind to {pos} past the position {}",
+            self.pos
+        );
+        self.pos = pos;
+    }
+
     /// The model this session runs.
     pub fn model(&self) -> &'a Qwen35 {
         self.model

@@ -30,6 +30,11 @@ pub enum RollbackMode {
     /// works on every backend; costs a state copy per round. A full accept needs nothing.
     #[default]
     SnapshotReplay,
+    /// Copy only the DeltaNet conv and recurrent state to host memory before verify; on a
+    /// partial accept write it back, move the position back (attention needs nothing more) and
+    /// replay the accepted rows. Cost independent of the context length (the full snapshot
+    /// copies every KV row), but a device→host→device round trip.
+    RecurrentHost,
     /// The verify forward writes the per-token intermediate DeltaNet states and conv inputs;
     /// rollback copies row `a` back (Lucebox `rollback_to`). Needs GDN/conv ops that emit
     /// per-token states, which the graph IR does not have yet.
@@ -40,9 +45,10 @@ impl RollbackMode {
     pub fn parse(s: &str) -> Result<RollbackMode, SpecError> {
         match s {
             "snapshot" | "snapshot-replay" | "replay" => Ok(RollbackMode::SnapshotReplay),
+            "recurrent-host" | "host" => Ok(RollbackMode::RecurrentHost),
             "per-token" | "per-token-states" => Ok(RollbackMode::PerTokenStates),
             other => Err(SpecError::Invalid(format!(
-                "unknown rollback mode '{other}' (known: snapshot, per-token)"
+                "unknown rollback mode '{other}' (known: snapshot, recurrent-host, per-token)"
             ))),
         }
     }
@@ -50,8 +56,19 @@ impl RollbackMode {
     pub fn name(self) -> &'static str {
         match self {
             RollbackMode::SnapshotReplay => "snapshot",
+            RollbackMode::RecurrentHost => "recurrent-host",
             RollbackMode::PerTokenStates => "per-token",
         }
+    }
+}
+
+/// The replay forward's options: its outputs are not needed, since the verify rows already
+/// gave the logits and features of these positions (causal attention, same prefix).
+fn replay_opts() -> GraphOptions {
+    GraphOptions {
+        logits: LogitRows::Last,
+        argmax: false,
+        capture: Vec::new(),
     }
 }
 
@@ -60,6 +77,9 @@ impl RollbackMode {
 pub struct Rollback {
     mode: RollbackMode,
     snap: Option<Snapshot>,
+    /// RecurrentHost: `(state name, values)` of every DeltaNet buffer, and the position.
+    host: Vec<(String, Vec<f32>)>,
+    host_pos: usize,
 }
 
 impl Rollback {
@@ -71,7 +91,12 @@ impl Rollback {
                     .into(),
             ));
         }
-        Ok(Rollback { mode, snap: None })
+        Ok(Rollback {
+            mode,
+            snap: None,
+            host: Vec::new(),
+            host_pos: 0,
+        })
     }
 
     pub fn mode(&self) -> RollbackMode {
@@ -85,6 +110,21 @@ impl Rollback {
                 Some(snap) => s.snapshot_into(snap)?,
                 None => self.snap = Some(s.snapshot()?),
             },
+            RollbackMode::RecurrentHost => {
+                if self.host.is_empty() {
+                    let m = s.model();
+                    for (i, kind) in m.cfg.layers.iter().enumerate() {
+                        if *kind == crate::model::LayerKind::DeltaNet {
+                            self.host.push((crate::state::conv_state(i), Vec::new()));
+                            self.host.push((crate::state::ssm_state(i), Vec::new()));
+                        }
+                    }
+                }
+                for (name, data) in &mut self.host {
+                    *data = s.read_state(name)?;
+                }
+                self.host_pos = s.pos();
+            }
             RollbackMode::PerTokenStates => unreachable!("refused in Rollback::new"),
         }
         Ok(())
@@ -105,12 +145,16 @@ impl Rollback {
                 s.restore(snap)?;
                 // The replay's outputs are not needed: the verify rows already gave the
                 // logits and features of these positions (causal attention, same prefix).
-                let opts = GraphOptions {
-                    logits: LogitRows::Last,
-                    argmax: false,
-                    capture: Vec::new(),
-                };
-                s.forward(keep, &opts)?;
+                s.forward(keep, &replay_opts())?;
+            }
+            RollbackMode::RecurrentHost => {
+                debug_assert_eq!(self.host_pos, base);
+                for (name, data) in &self.host {
+                    let st = s.states();
+                    s.backend().write_state(st, name, data)?;
+                }
+                s.rewind_position(base);
+                s.forward(keep, &replay_opts())?;
             }
             RollbackMode::PerTokenStates => unreachable!("refused in Rollback::new"),
         }
