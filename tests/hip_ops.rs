@@ -2,8 +2,11 @@
 //! inputs with odd sizes, plus a whole synthetic model (prefill and decode).
 //!
 //! Each test SKIPS (passes, printing why) when the backend is unavailable: no GPU driver on the
-//! machine, or no kernels embedded because clang was missing at build time. On a GPU machine they
-//! run for real. The GPU backend poisons its intermediate buffers with NaN before every run, so a
+//! machine, or no kernels embedded because clang was missing at build time; with
+//! `DELTASPEC_REQUIRE_GPU=1` an unavailable backend fails instead. On a GPU machine they run for
+//! real. Without a GPU they can also run on the CPU emulator of the CUDA driver API:
+//! `tools/device/build_emu.sh && DELTASPEC_CUDA_LIB=$PWD/target/libdsemu.so cargo test --test hip_ops`
+//! (slow: about 10 minutes on 2 cores). The GPU backend poisons its intermediate buffers with NaN before every run, so a
 //! kernel that leaves part of its output unwritten fails the comparison.
 //!
 //! Tolerances: relative L2 error (‖gpu − cpu‖ / ‖cpu‖) ≤ 1e-5 for f32 math, ≤ 1e-4 for matmuls over
@@ -33,6 +36,11 @@ fn gpu(test: &str) -> Option<HipBackend> {
             Some(b)
         }
         Err(e) => {
+            // On the GPU machine run_hip.sh sets DELTASPEC_REQUIRE_GPU=1: a backend that does not
+            // open there is a failure, not a skip.
+            if std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+                panic!("{test}: hip backend unavailable but DELTASPEC_REQUIRE_GPU=1: {e}");
+            }
             eprintln!("SKIP {test}: hip backend unavailable: {e}");
             None
         }

@@ -34,7 +34,7 @@ mkdir -p "$work"
 run "$carry/deltaspec" backends
 # Test binaries: one thread (one GPU context at a time keeps failures readable), output shown.
 run "$carry/hip_build" --test-threads=1
-run env RUST_BACKTRACE=1 "$carry/hip_ops" --test-threads=1 --nocapture
+run env RUST_BACKTRACE=1 DELTASPEC_REQUIRE_GPU=1 "$carry/hip_ops" --test-threads=1 --nocapture
 
 if [ "${BENCH:-1}" != "0" ]; then
     run "$carry/deltaspec" bench bandwidth --backend "$backend" --mib 1024
