@@ -13,6 +13,9 @@ pub enum Which {
     Decode(DecodeArgs),
     /// Device copy bandwidth.
     Bandwidth(BandwidthArgs),
+    /// Speculative vs plain greedy decode from the same prompt in the same run: tok/s of both,
+    /// mean accepted length, draft/verify/rollback time split (`--replay-profile`: REPLAY).
+    Spec(super::bench_spec::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -48,6 +51,7 @@ pub fn run(w: &Which) -> anyhow::Result<()> {
     match w {
         Which::Decode(a) => decode(a),
         Which::Bandwidth(a) => bandwidth(a),
+        Which::Spec(a) => super::bench_spec::run(a),
     }
 }
 

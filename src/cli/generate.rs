@@ -119,12 +119,16 @@ impl Args {
     }
 }
 
-/// Opens the drafter of `--draft`.
-fn open_drafter(path: &std::path::Path, _target: &Qwen35) -> anyhow::Result<Box<dyn Drafter>> {
-    bail!(
-        "--draft {}: no drafter can be loaded yet (the DFlash drafter is not built in)",
-        path.display()
-    )
+/// Opens the drafter of `--draft`: a `qwen35-dflash-draft` GGUF file, or a z-lab DFlash
+/// checkpoint directory (converted on the fly). Refuses one that does not fit the target.
+pub(crate) fn open_drafter(
+    path: &std::path::Path,
+    target: &Qwen35,
+    seed: u64,
+) -> anyhow::Result<Box<dyn Drafter>> {
+    let d = crate::spec::dflash::DFlashDrafter::open(path, target)
+        .context("opening the drafter (--draft)")?;
+    Ok(Box::new(d.with_seed(seed)))
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
@@ -154,7 +158,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let rollback = RollbackMode::parse(&a.rollback)?;
     let drafter = match (&mode, &a.draft) {
         (SpecMode::Off, None) => None,
-        (_, Some(d)) => Some(open_drafter(d, &m)?),
+        (_, Some(d)) => Some(open_drafter(d, &m, a.seed ^ 0xd4af7)?),
         (_, None) => bail!("--spec {} needs --draft", a.spec),
     };
     let mut s = Session::new(&m, be.as_mut(), ctx)?;

@@ -8,12 +8,14 @@
 //!   rollback strategies.
 //! - [`generate`]: the greedy generation loop (`off` / `chain` / `adaptive`) with per-step stats.
 //! - [`sample`]: temperature / top-p sampling and the speculative-sampling accept rule.
+//! - [`dflash`]: the DFlash / DSpark drafter ([`crate::model::draft`]) behind [`Drafter`].
 //! - [`replay`]: the benchmark-only replay drafter (acceptance profiles on random models).
 //! - [`testing`]: drafters for tests only (injected continuations, random garbage).
 //!
 //! Background: `shared/notes/speculation.md` §1–§4.
 
 pub mod chain;
+pub mod dflash;
 pub mod generate;
 pub mod replay;
 pub mod sample;

@@ -13,7 +13,7 @@ mod graph;
 mod session;
 
 pub use config::{DFlashConfig, DSparkConfig, YarnScaling};
-pub use session::{DraftOutput, DraftSession, context_features};
+pub use session::{DraftOutput, DraftParts, DraftSession, context_features};
 
 use super::{ModelError, Qwen35};
 use crate::backend::WeightStore;

@@ -21,6 +21,29 @@ pub struct DraftOutput {
     pub confidence: Vec<f32>,
 }
 
+/// A [`DraftSession`] without its backend borrow (see [`DraftSession::into_parts`]).
+pub struct DraftParts {
+    weights: WeightsId,
+    states: StatesId,
+    store: crate::backend::WeightStore,
+    vocab: usize,
+    cap: usize,
+    n_ctx: usize,
+    execs: HashMap<usize, ExecId>,
+}
+
+impl DraftParts {
+    /// Context rows committed so far.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// The state set of the context caches (on the backend the parts belong to).
+    pub fn states(&self) -> StatesId {
+        self.states
+    }
+}
+
 pub struct DraftSession<'a> {
     model: &'a DFlash,
     backend: &'a mut dyn Backend,
@@ -196,6 +219,71 @@ impl<'a> DraftSession<'a> {
             prev = x as usize;
         }
         Ok(out)
+    }
+
+    /// Rows the context caches hold (context rows plus one block).
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Grows the context caches to at least `cap` rows, keeping the committed rows (a no-op
+    /// when they are already that large). The compiled graphs depend on the capacity and are
+    /// rebuilt on the next draft.
+    pub fn reserve(&mut self, cap: usize) -> Result<(), ModelError> {
+        if cap <= self.cap {
+            return Ok(());
+        }
+        let c = &self.model.cfg;
+        let states = self.backend.alloc_states(&state_decls(c, cap))?;
+        let row = c.n_kv_heads * c.head_dim;
+        for i in 0..c.n_layers {
+            for name in [super::names::k_cache(i), super::names::v_cache(i)] {
+                let mut data = self.backend.read_state(self.states, &name)?;
+                data.truncate(self.n_ctx * row);
+                data.resize(cap * row, 0.0);
+                self.backend.write_state(states, &name, &data)?;
+            }
+        }
+        self.backend.free_states(self.states)?;
+        self.states = states;
+        self.cap = cap;
+        self.execs.clear();
+        Ok(())
+    }
+
+    /// Releases the backend borrow, keeping the session's resources (weights, caches, compiled
+    /// graphs, committed rows) for [`DraftSession::from_parts`]: a drafter that gets the
+    /// backend per call (the spec loop's `DraftEnv`) holds its session this way between calls.
+    pub fn into_parts(self) -> DraftParts {
+        DraftParts {
+            weights: self.weights,
+            states: self.states,
+            store: self.store,
+            vocab: self.vocab,
+            cap: self.cap,
+            n_ctx: self.n_ctx,
+            execs: self.execs,
+        }
+    }
+
+    /// Resumes a session from [`DraftSession::into_parts`]. `model` and `backend` must be the
+    /// ones the parts were created with.
+    pub fn from_parts(
+        model: &'a DFlash,
+        backend: &'a mut dyn Backend,
+        parts: DraftParts,
+    ) -> DraftSession<'a> {
+        DraftSession {
+            model,
+            backend,
+            weights: parts.weights,
+            states: parts.states,
+            store: parts.store,
+            vocab: parts.vocab,
+            cap: parts.cap,
+            n_ctx: parts.n_ctx,
+            execs: parts.execs,
+        }
     }
 
     /// Frees the caches.

@@ -1,0 +1,297 @@
+//! The DFlash drafter ([`crate::model::draft`]) behind the spec loop's [`Drafter`] interface.
+//!
+//! The drafter's resources (its weight set, context K/V caches and compiled draft graphs) live
+//! on the **target's backend**, which the loop lends on every call through [`DraftEnv`]; between
+//! calls they are held as [`DraftParts`] and a [`DraftSession`] is rebuilt around the borrowed
+//! backend for each call.
+//!
+//! Protocol mapping (see [`Drafter`]):
+//! - `commit(tokens, features)`: the committed rows' features are turned into drafter context
+//!   rows ([`context_features`]: the declared `target_layer_ids` concatenated, the target's last
+//!   layer final-normed) and kept on the host as *pending* rows;
+//! - `propose(root)`: one draft graph appends the pending rows to the context caches at their
+//!   positions and drafts the block `[root, MASK × (B−1)]` at the root's position (the target's
+//!   position), giving `B−1` proposals in one forward. The block's own K/V rows are written past
+//!   the committed rows and overwritten by the next append, so a rejected draft needs no
+//!   rollback on the drafter side: only committed rows ever become context.
+//!
+//! Sharing the target's `token_embd` / `output` weights: the drafter's weight set is
+//! [`DFlash::weights_with_target`], which inserts the *target's* host tensors. On the CPU
+//! backend a weight set holds host handles (mmap-backed or `Arc`'d), so nothing is copied. A
+//! GPU backend (wgpu, hip) copies every tensor of an uploaded set to the device today, so the
+//! embedding and lm_head would be resident twice (≈ 2 × 2.5 GB at 27B shape). What a GPU
+//! backend needs to share them instead: either `upload_weights` deduplicating by host-tensor
+//! identity (same mmap region / `Arc` → the same ref-counted device buffer), or a `run` that
+//! binds names missing from the drafter's set from a second set (the target's
+//! [`DraftEnv::target_weights`]). Until then GPU runs are correct but pay that memory.
+
+use super::sample::draw;
+use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
+use crate::backend::Backend;
+use crate::model::Qwen35;
+use crate::model::draft::convert::{OutType, convert_dflash};
+use crate::model::draft::{DFlash, DraftParts, DraftSession, context_features};
+use crate::model::session::StepOutput;
+use crate::util::rng::Rng;
+use std::path::Path;
+
+/// Context rows the caches hold at first (they grow by doubling as the context does).
+pub const DEFAULT_CAPACITY: usize = 512;
+
+/// A DFlash (or DSpark-headed) drafter for one sequence at a time.
+pub struct DFlashDrafter {
+    model: DFlash,
+    /// The session's resources between calls (None before the first [`Drafter::reset`]).
+    parts: Option<DraftParts>,
+    /// Address of the backend `parts` live on: a reset on another backend starts over there.
+    backend_key: usize,
+    /// Committed rows not yet appended to the caches, `[pending_rows, feature_width]`.
+    pending: Vec<f32>,
+    pending_rows: usize,
+    /// Initial cache capacity in context rows.
+    capacity: usize,
+    /// Draws proposals when the target samples (T > 0).
+    rng: Rng,
+    /// Where the drafter came from (for the name).
+    source: String,
+}
+
+fn drafter_err(msg: impl Into<String>) -> SpecError {
+    SpecError::Drafter {
+        name: "dflash".into(),
+        msg: msg.into(),
+    }
+}
+
+fn backend_key(b: &mut dyn Backend) -> usize {
+    b as *mut dyn Backend as *mut () as usize
+}
+
+impl DFlashDrafter {
+    /// Wraps a loaded drafter after checking it fits `target`: hidden size, vocab, mask token,
+    /// target depth and layer ids ([`crate::model::draft::DFlashConfig::check_target`]), that
+    /// the graph implements its configuration (no YaRN yet), and that the target has the
+    /// embedding and lm_head the drafter binds.
+    pub fn new(model: DFlash, target: &Qwen35) -> Result<DFlashDrafter, SpecError> {
+        model.cfg.check_target(&target.cfg)?;
+        model.cfg.check_supported()?;
+        model.weights_with_target(target)?;
+        Ok(DFlashDrafter {
+            model,
+            parts: None,
+            backend_key: 0,
+            pending: Vec::new(),
+            pending_rows: 0,
+            capacity: DEFAULT_CAPACITY,
+            rng: Rng::new(0x0df1a5),
+            source: String::new(),
+        })
+    }
+
+    /// Opens a drafter for `target`: a `qwen35-dflash-draft` GGUF file, or a z-lab layout
+    /// checkpoint directory (config.json + model.safetensors), converted to a temporary f32
+    /// GGUF first (the same converter as `deltaspec convert --draft`).
+    pub fn open(path: &Path, target: &Qwen35) -> Result<DFlashDrafter, SpecError> {
+        let model = if path.is_dir() {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = std::env::temp_dir().join(format!(
+                "deltaspec-drafter-{}-{k}-{}.gguf",
+                std::process::id(),
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ));
+            convert_dflash(path, &tmp, OutType::F32)?;
+            let m = DFlash::load(&tmp);
+            // The loaded tensors are mapped or read; the file can go.
+            let _ = std::fs::remove_file(&tmp);
+            m?
+        } else {
+            DFlash::load(path)?
+        };
+        let mut d = DFlashDrafter::new(model, target).map_err(|e| match e {
+            SpecError::Model(m) => drafter_err(format!("{}: {m}", path.display())),
+            other => other,
+        })?;
+        d.source = path.display().to_string();
+        Ok(d)
+    }
+
+    /// Sets the initial capacity of the context caches (rows; they still grow on demand).
+    pub fn with_capacity(mut self, rows: usize) -> Self {
+        self.capacity = rows.max(1);
+        self
+    }
+
+    /// Seeds the draw of proposals under sampling (T > 0).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.rng = Rng::new(seed);
+        self
+    }
+
+    pub fn model(&self) -> &DFlash {
+        &self.model
+    }
+
+    /// Context rows in the caches plus pending ones.
+    pub fn context_rows(&self) -> usize {
+        self.parts.as_ref().map_or(0, |p| p.n_ctx()) + self.pending_rows
+    }
+
+    fn parts(&mut self) -> Result<DraftParts, SpecError> {
+        self.parts
+            .take()
+            .ok_or_else(|| drafter_err("used before reset (no draft session)"))
+    }
+}
+
+impl Drafter for DFlashDrafter {
+    fn name(&self) -> String {
+        let c = &self.model.cfg;
+        let kind = if c.dspark.is_some() {
+            "dspark"
+        } else {
+            "dflash"
+        };
+        format!(
+            "{kind} (block {}, {} layers){}",
+            c.block_size,
+            c.n_layers,
+            if self.source.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", self.source)
+            }
+        )
+    }
+
+    fn feature_layers(&self) -> Vec<usize> {
+        self.model.cfg.target_layer_ids.clone()
+    }
+
+    fn max_draft(&self) -> usize {
+        self.model.cfg.block_size - 1
+    }
+
+    fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
+        self.pending.clear();
+        self.pending_rows = 0;
+        let key = backend_key(env.backend);
+        match self.parts.take() {
+            Some(p) if key == self.backend_key => {
+                let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
+                ds.truncate(0);
+                self.parts = Some(ds.into_parts());
+            }
+            // None yet, or they live on another backend (abandoned: that backend's handles
+            // cannot be freed through this one).
+            _ => {
+                let cap = self.capacity + self.model.cfg.block_size;
+                let ds = DraftSession::new(&self.model, env.target, &mut *env.backend, cap)?;
+                self.parts = Some(ds.into_parts());
+                self.backend_key = key;
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        tokens: &[u32],
+        features: &Features,
+    ) -> Result<(), SpecError> {
+        let n_ctx = self
+            .parts
+            .as_ref()
+            .ok_or_else(|| drafter_err("commit before reset"))?
+            .n_ctx();
+        if features.rows != tokens.len() {
+            return Err(drafter_err(format!(
+                "{} tokens committed with {} feature rows",
+                tokens.len(),
+                features.rows
+            )));
+        }
+        let width = self.model.cfg.feature_width();
+        let end = n_ctx + self.pending_rows;
+        if features.start > end {
+            return Err(drafter_err(format!(
+                "committed rows start at position {}, the drafter's context ends at {end}",
+                features.start
+            )));
+        }
+        if features.start < end {
+            // The caller went back (not done by the spec loop, which commits only accepted
+            // rows): forget the rows from `start` on.
+            if features.start >= n_ctx {
+                self.pending_rows = features.start - n_ctx;
+                self.pending.truncate(self.pending_rows * width);
+            } else {
+                let p = self.parts()?;
+                let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
+                ds.truncate(features.start);
+                self.parts = Some(ds.into_parts());
+                self.pending.clear();
+                self.pending_rows = 0;
+            }
+        }
+        if features.rows == 0 {
+            return Ok(());
+        }
+        let step = StepOutput {
+            hidden: features.layers.clone(),
+            rows: features.rows,
+            ..Default::default()
+        };
+        let rows = context_features(&self.model, env.target, &step, features.rows)?;
+        self.pending.extend_from_slice(&rows);
+        self.pending_rows += features.rows;
+        Ok(())
+    }
+
+    fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
+        let bsz = self.model.cfg.block_size;
+        let p = self.parts()?;
+        let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
+        let need = ds.n_ctx() + self.pending_rows + bsz;
+        let grown = if need > ds.cap() {
+            ds.reserve(need.max(2 * ds.cap()))
+        } else {
+            Ok(())
+        };
+        let out = grown.and_then(|()| ds.draft(&self.pending, req.root));
+        self.parts = Some(ds.into_parts());
+        let out = out?;
+        self.pending.clear();
+        self.pending_rows = 0;
+
+        let n = req.max.min(bsz - 1).min(out.tokens.len());
+        if req.sampling.is_greedy() {
+            return Ok(Draft::greedy(out.tokens[..n].to_vec()));
+        }
+        // T > 0: draw each proposal from the drafter's own distribution under the target's
+        // temperature / top-p. The block's rows are computed in one parallel forward, so q_i
+        // does not depend on the drawn d_{<i}; it is still a fixed distribution given the
+        // context, which is all the rejection rule needs to stay lossless.
+        let vocab = env.target.cfg.vocab;
+        if out.logits.len() < n * vocab {
+            return Err(drafter_err(format!(
+                "{} logits for {n} proposals over a vocab of {vocab}",
+                out.logits.len()
+            )));
+        }
+        let mut tokens = Vec::with_capacity(n);
+        let mut probs = Vec::with_capacity(n * vocab);
+        for row in out.logits.chunks_exact(vocab).take(n) {
+            let q = req.sampling.probs(row);
+            tokens.push(draw(&q, &mut self.rng));
+            probs.extend_from_slice(&q);
+        }
+        Ok(Draft {
+            tokens,
+            probs: Some(probs),
+        })
+    }
+}
