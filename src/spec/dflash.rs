@@ -27,7 +27,7 @@
 
 use super::sample::draw;
 use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
-use crate::backend::Backend;
+use crate::backend::{Backend, StateDecl, StatesId};
 use crate::model::Qwen35;
 use crate::model::draft::convert::{OutType, convert_dflash};
 use crate::model::draft::{DFlash, DraftParts, DraftSession, context_features};
@@ -43,8 +43,10 @@ pub struct DFlashDrafter {
     model: DFlash,
     /// The session's resources between calls (None before the first [`Drafter::reset`]).
     parts: Option<DraftParts>,
-    /// Address of the backend `parts` live on: a reset on another backend starts over there.
-    backend_key: usize,
+    /// Identifies the backend `parts` live on: a one-value state set holding a random nonce.
+    /// A reset whose backend does not hold it (another backend, maybe at the same address)
+    /// starts over there; handles are per backend, so stale ones must never be used.
+    owner: Option<(StatesId, f32)>,
     /// Committed rows not yet appended to the caches, `[pending_rows, feature_width]`.
     pending: Vec<f32>,
     pending_rows: usize,
@@ -63,8 +65,14 @@ fn drafter_err(msg: impl Into<String>) -> SpecError {
     }
 }
 
-fn backend_key(b: &mut dyn Backend) -> usize {
-    b as *mut dyn Backend as *mut () as usize
+const OWNER: &str = "dflash.owner";
+
+/// Whether `owner` is a state set of `b` holding the nonce.
+fn owns(b: &mut dyn Backend, owner: Option<(StatesId, f32)>) -> bool {
+    owner.is_some_and(|(id, nonce)| {
+        b.read_state(id, OWNER)
+            .is_ok_and(|v| v.len() == 1 && v[0] == nonce)
+    })
 }
 
 impl DFlashDrafter {
@@ -79,7 +87,7 @@ impl DFlashDrafter {
         Ok(DFlashDrafter {
             model,
             parts: None,
-            backend_key: 0,
+            owner: None,
             pending: Vec::new(),
             pending_rows: 0,
             capacity: DEFAULT_CAPACITY,
@@ -177,9 +185,9 @@ impl Drafter for DFlashDrafter {
     fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
         self.pending.clear();
         self.pending_rows = 0;
-        let key = backend_key(env.backend);
+        let same = self.parts.is_some() && owns(env.backend, self.owner);
         match self.parts.take() {
-            Some(p) if key == self.backend_key => {
+            Some(p) if same => {
                 let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
                 ds.truncate(0);
                 self.parts = Some(ds.into_parts());
@@ -190,7 +198,13 @@ impl Drafter for DFlashDrafter {
                 let cap = self.capacity + self.model.cfg.block_size;
                 let ds = DraftSession::new(&self.model, env.target, &mut *env.backend, cap)?;
                 self.parts = Some(ds.into_parts());
-                self.backend_key = key;
+                let id = env.backend.alloc_states(&[StateDecl::new(OWNER, &[1])])?;
+                // Unique in the process (integers below 2^24 are exact in f32).
+                static NONCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+                let nonce =
+                    (NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xff_ffff) as f32;
+                env.backend.write_state(id, OWNER, &[nonce])?;
+                self.owner = Some((id, nonce));
             }
         }
         Ok(())
