@@ -27,6 +27,9 @@ pub struct DecodeArgs {
     /// Decode steps timed.
     #[arg(short = 'n', long, default_value_t = 128)]
     pub n: usize,
+    /// Tokens per step: 1 is plain decode; 8 or 16 time a verify-sized step.
+    #[arg(long, default_value_t = 1)]
+    pub rows: usize,
     /// Context capacity of the sequence (KV rows allocated).
     #[arg(long, default_value_t = 1024)]
     pub ctx: usize,
@@ -88,7 +91,8 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     let mut be = backend::create(&a.backend)?;
     let bw = be.copy_bandwidth(a.bw_mib << 20).ok();
     let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
-    let ctx = a.ctx.max(a.n + 2);
+    anyhow::ensure!(a.rows >= 1, "--rows must be at least 1");
+    let ctx = a.ctx.max((a.n + 1) * a.rows + 1);
     let name = be.name();
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
     let opts = GraphOptions {
@@ -97,18 +101,19 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
         capture: Vec::new(),
     };
     // Warm-up: compiles the step graph and touches every weight once.
-    let mut tok = s.forward(&[1], &opts)?.argmax[0];
+    let mut tok = s.forward(&vec![1; a.rows], &opts)?.argmax[0];
     let bar = indicatif::ProgressBar::new(a.n as u64);
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let t = Instant::now();
     for _ in 0..a.n {
-        tok = s.forward(&[tok], &opts)?.argmax[0];
+        tok = s.forward(&vec![tok; a.rows], &opts)?.argmax[0];
         bar.inc(1);
     }
     let secs = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    // Steps per second; with --rows R each step carries R tokens (a verify-sized batch).
     let tps = a.n as f64 / secs;
     let bpt = bytes_per_token(&m);
     let roofline = bw.map(|b| b / bpt as f64);
@@ -117,7 +122,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({
-                "backend": name, "model": a.model.display().to_string(), "n": a.n,
+                "backend": name, "model": a.model.display().to_string(), "n": a.n, "rows": a.rows,
                 "tokens_per_second": tps, "ms_per_token": 1e3 / tps,
                 "weight_bytes_per_token": bpt, "copy_bytes_per_second": bw,
                 "roofline_tokens_per_second": roofline, "roofline_ratio": ratio,
@@ -126,9 +131,10 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     } else {
         println!("backend:        {name}");
         println!(
-            "decode:         {tps:.2} tok/s ({:.3} ms/token, {} steps)",
+            "decode:         {tps:.2} steps/s ({:.3} ms/step, {} steps of {} rows)",
             1e3 / tps,
-            a.n
+            a.n,
+            a.rows
         );
         println!(
             "bytes/token:    {:.3} GiB of weights",
