@@ -99,7 +99,7 @@ pub fn geometry(suffix: &str) -> (usize, usize, usize) {
 /// The kernel suffix for a weight of `dtype` whose rows hold `k` values, or `None` for a type
 /// without kernels.
 pub fn weight_kernel(dtype: DType, k: usize) -> Option<&'static str> {
-    let vector = |width: usize| k % width == 0;
+    let vector = |width: usize| k.is_multiple_of(width);
     Some(match dtype {
         DType::F32 => {
             if vector(4) {

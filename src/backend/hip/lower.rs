@@ -142,20 +142,18 @@ pub(super) fn check_supported(be: &HipBackend, g: &Graph) -> Result<(), BackendE
                         ));
                     }
                 }
-                if let Op::GatedDeltaNet(p) = &node.op {
-                    if p.dk > 512 {
-                        return Err(unsupported(be, &node.op, format!("dk {} > 512", p.dk)));
-                    }
+                if let Op::GatedDeltaNet(p) = &node.op
+                    && p.dk > 512
+                {
+                    return Err(unsupported(be, &node.op, format!("dk {} > 512", p.dk)));
                 }
             }
-            Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } => {
-                if p.head_dim > 32 * 8 {
-                    return Err(unsupported(
-                        be,
-                        &node.op,
-                        format!("head_dim {} > 256", p.head_dim),
-                    ));
-                }
+            Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } if p.head_dim > 32 * 8 => {
+                return Err(unsupported(
+                    be,
+                    &node.op,
+                    format!("head_dim {} > 256", p.head_dim),
+                ));
             }
             _ => {}
         }
@@ -282,34 +280,32 @@ pub(super) fn check_data(
         match &node.op {
             Op::Embed => {
                 let vocab = g.tensor(node.inputs[0]).shape[0];
-                if let Some(ids) = input_i32(g, bound, node.inputs[1]) {
-                    if let Some((t, id)) = ids
+                if let Some(ids) = input_i32(g, bound, node.inputs[1])
+                    && let Some((t, id)) = ids
                         .iter()
                         .enumerate()
                         .find(|(_, id)| usize::try_from(**id).ok().is_none_or(|i| i >= vocab))
-                    {
-                        return Err(bad_input(
-                            be,
-                            &g.tensor(node.inputs[1]).name,
-                            format!("token id {id} at {t} is outside the vocabulary of {vocab}"),
-                        ));
-                    }
+                {
+                    return Err(bad_input(
+                        be,
+                        &g.tensor(node.inputs[1]).name,
+                        format!("token id {id} at {t} is outside the vocabulary of {vocab}"),
+                    ));
                 }
             }
             Op::Attention(_) | Op::AttentionNonCausal { .. } => {
                 let cap = g.tensor(node.inputs[4]).shape[0];
-                if let Some(pos) = input_i32(g, bound, node.inputs[3]) {
-                    if let Some((t, p)) = pos
+                if let Some(pos) = input_i32(g, bound, node.inputs[3])
+                    && let Some((t, p)) = pos
                         .iter()
                         .enumerate()
                         .find(|(_, p)| usize::try_from(**p).ok().is_none_or(|p| p >= cap))
-                    {
-                        return Err(bad_input(
-                            be,
-                            &g.tensor(node.inputs[3]).name,
-                            format!("position {p} of token {t} is outside the cache of {cap} rows"),
-                        ));
-                    }
+                {
+                    return Err(bad_input(
+                        be,
+                        &g.tensor(node.inputs[3]).name,
+                        format!("position {p} of token {t} is outside the cache of {cap} rows"),
+                    ));
                 }
             }
             _ => {}
