@@ -8,6 +8,7 @@
 pub mod cpu;
 pub mod hip;
 pub mod host;
+pub mod profile;
 pub mod wgpu;
 
 pub use host::{HostData, HostTensor, TensorBytes, WeightStore};
@@ -123,6 +124,26 @@ pub trait Backend {
             op: "copy_bandwidth".into(),
             msg: "not measured on this backend".into(),
         })
+    }
+}
+
+/// The profiling key of a node: its op, and for weight ops the weight's type and shape.
+pub fn profile_key(g: &Graph, node: &crate::graph::Node) -> String {
+    use crate::graph::{Op, TensorKind};
+    match node.op {
+        Op::MatMul | Op::Embed => {
+            let w = g.tensor(node.inputs[if node.op == Op::MatMul { 1 } else { 0 }]);
+            let rows = g
+                .tensor(node.inputs[if node.op == Op::MatMul { 0 } else { 1 }])
+                .shape[0];
+            let kind = if w.kind == TensorKind::Weight {
+                w.dtype.name()
+            } else {
+                "act"
+            };
+            format!("{} {kind} {:?} n={rows}", node.op.name(), w.shape)
+        }
+        _ => node.op.name().to_string(),
     }
 }
 

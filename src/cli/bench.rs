@@ -106,6 +106,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
+    crate::backend::profile::reset();
     let t = Instant::now();
     for _ in 0..a.n {
         tok = s.forward(&vec![tok; a.rows], &opts)?.argmax[0];
@@ -113,6 +114,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     }
     let secs = t.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    crate::backend::profile::report(a.n as f64);
     // Steps per second; with --rows R each step carries R tokens (a verify-sized batch).
     let tps = a.n as f64 / secs;
     let bpt = bytes_per_token(&m);

@@ -605,8 +605,20 @@ impl Backend for HipBackend {
             ss,
             bound: &bound,
         };
+        let profiling = crate::backend::profile::enabled();
         for (i, node) in graph.nodes.iter().enumerate() {
+            if !profiling {
+                lower::node(self, &env, i, node)?;
+                continue;
+            }
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            let t = std::time::Instant::now();
             lower::node(self, &env, i, node)?;
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            crate::backend::profile::record(
+                crate::backend::profile_key(&graph, node),
+                t.elapsed().as_secs_f64(),
+            );
         }
 
         let mut outs = Vec::with_capacity(graph.outputs.len());
