@@ -151,6 +151,23 @@ fn random_block(dtype: DType, rng: &mut Rng, sigma: f32, out: &mut [u8]) {
     }
 }
 
+/// A random `rows × cols` weight of `dtype` (valid blocks, std ≈ `sigma`): benches and tests.
+pub fn random_weight(
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    sigma: f32,
+    seed: u64,
+) -> Result<Vec<u8>, ModelError> {
+    let bytes = dtype.bytes_for(rows * cols).ok_or_else(|| {
+        ModelError::Config(format!("{cols} columns are not whole {dtype} blocks"))
+    })?;
+    let mut out = Vec::with_capacity(bytes);
+    write_tensor(&mut out, dtype, rows, cols, Fill::Normal(sigma), seed)
+        .map_err(|e| ModelError::Config(e.to_string()))?;
+    Ok(out)
+}
+
 /// Streams `rows × cols` values of `dtype` to `w`.
 fn write_tensor(
     w: &mut dyn Write,
