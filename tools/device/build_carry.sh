@@ -21,6 +21,8 @@ echo "+ cargo test --release --no-run --message-format=json ${test_args[*]}"
 json="$(mktemp)"
 trap 'rm -f "$json"' EXIT
 cargo test --release --no-run --message-format=json "${test_args[@]}" >"$json"
+# The criterion kernel benches (benches/kernels.rs) travel too, as `kernels`.
+cargo bench --no-run --message-format=json --bench kernels >>"$json"
 
 mkdir -p "$out"
 # One executable per test target: "name path" lines from the compiler-artifact messages.
@@ -31,7 +33,9 @@ for line in open(sys.argv[1]):
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and (
+        "test" in m["target"]["kind"] or "bench" in m["target"]["kind"]
+    ):
         print(m["target"]["name"], m["executable"])
 PY
 found=0
@@ -41,6 +45,7 @@ while read -r name path; do
     found=$((found + 1))
 done <"$json.list"
 rm -f "$json.list"
+tests+=(kernels)
 [ "$found" -eq "${#tests[@]}" ] || { echo "build_carry.sh: expected ${#tests[@]} test binaries, found $found" >&2; exit 1; }
 cp target/release/deltaspec "$out/deltaspec"
 cp tools/device/run_hip.sh "$out/run_hip.sh"
