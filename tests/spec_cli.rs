@@ -1,4 +1,4 @@
-//! `deltaspec generate --spec …`: flags and errors while no drafter can be loaded.
+//! `deltaspec generate --spec …`: flag errors (a drafter is required) and the `--json` fields.
 
 mod common;
 
