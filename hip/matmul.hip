@@ -1,10 +1,13 @@
 // MatMul `y[N, M] = x[N, K] · w[M, K]ᵀ` over every weight type, plus Embed and whole-tensor
 // dequantization. One template per path, instantiated per type (quant.h) behind extern "C".
 //
-// GEMV path (decode, small N): a block of GEMV_WARPS warps, each warp owns one weight row and
-// walks it with every lane decoding SUB-element work items (16-byte loads where the format is
-// aligned). NT input rows are accumulated per pass over the weight row, so for N <= NT the weights
-// are read exactly once; larger N loops over tiles of NT rows (re-reading the row from cache).
+// GEMV path (decode, small N): a block of GEMV_WARPS warps owns R consecutive weight rows and
+// splits K between all its threads (thread t takes work items t, t + GEMV_THREADS, ...; one work
+// item is SUB contiguous elements of a row). Each thread loads the activations of its work item
+// once and applies them to all R rows (registers), so activation traffic is 1/R of one-row-per-warp;
+// the per-thread partial sums are reduced per warp (shuffles) and then across the block (shared
+// memory). NT input rows are accumulated per pass over the weights, so for N <= NT the weights
+// are read exactly once; larger N loops over tiles of NT rows (re-reading the rows from cache).
 //
 // Tiled path (prefill): 64 x 64 output tiles, K in steps of 32 elements; the weight tile is
 // dequantized into shared memory once per step and shared by all 64 input rows.
@@ -12,53 +15,120 @@
 
 constexpr u32 GEMV_WARPS = 4;
 constexpr u32 GEMV_THREADS = GEMV_WARPS * WARP;
+// Weight rows per block for NT input rows (mirrored by kernels::gemv_rows).
+constexpr u32 gemv_rows(u32 nt) { return nt == 1 ? 4 : 2; }
 
-// Σ w[e] * x[e] over one work item; x is 16-byte aligned when SUB % 4 == 0.
+// Σ w[e] * x[e] over one work item, in four interleaved partial sums (latency, not order).
 template <u32 SUB>
 DEV float dot_sub(const float* w, const float* x) {
-    float acc = 0.0f;
+    if constexpr (SUB >= 4) {
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma unroll
+        for (u32 e = 0; e < SUB; e += 4) {
+            a0 += w[e] * x[e];
+            a1 += w[e + 1] * x[e + 1];
+            a2 += w[e + 2] * x[e + 2];
+            a3 += w[e + 3] * x[e + 3];
+        }
+        return (a0 + a1) + (a2 + a3);
+    } else {
+        float acc = 0.0f;
+#pragma unroll
+        for (u32 e = 0; e < SUB; ++e) acc += w[e] * x[e];
+        return acc;
+    }
+}
+
+// The SUB activations of one work item (16-byte loads when SUB % 4 == 0: K is then a multiple
+// of 4 and the item starts at a multiple of 4).
+template <u32 SUB>
+DEV void load_x(const float* __restrict__ x, float* v) {
     if constexpr (SUB % 4 == 0) {
 #pragma unroll
         for (u32 e = 0; e < SUB; e += 4) {
-            const f32x4 v = *(const f32x4*)(x + e);
-            acc += w[e] * v.x;
-            acc += w[e + 1] * v.y;
-            acc += w[e + 2] * v.z;
-            acc += w[e + 3] * v.w;
+            const f32x4 q = *(const f32x4*)(x + e);
+            v[e] = q.x;
+            v[e + 1] = q.y;
+            v[e + 2] = q.z;
+            v[e + 3] = q.w;
         }
     } else {
 #pragma unroll
-        for (u32 e = 0; e < SUB; ++e) acc += w[e] * x[e];
+        for (u32 e = 0; e < SUB; ++e) v[e] = x[e];
     }
-    return acc;
 }
 
 template <class Q, u32 NT>
 DEV void gemv(const u8* __restrict__ W, const float* __restrict__ X, float* __restrict__ Y, u32 N,
               u32 K, u32 M, u64 row_bytes) {
-    constexpr u32 SPB = Q::QK / Q::SUB;
-    const u32 lane = lane_id();
-    const u32 m = bid_x() * GEMV_WARPS + tid_x() / WARP;
-    if (m >= M) return;  // whole warps leave; there are no block barriers below
-    const u8* wrow = W + (u64)m * row_bytes;
-    const u32 nsub = K / Q::SUB;
+    constexpr u32 R = gemv_rows(NT);
+    constexpr u32 SUB = Q::SUB;
+    constexpr u32 SPB = Q::QK / SUB;
+    // Hold the activations of all NT rows in registers and decode one weight row at a time, or
+    // hold all R decoded weight rows and load one activation row at a time: whichever is fewer.
+    constexpr bool HOLD_X = NT <= R;
+    __shared__ float red[GEMV_WARPS][R * NT];
+    const u32 tid = tid_x(), lane = lane_id(), warp = tid / WARP;
+    const u32 m0 = bid_x() * R;
+    const u32 nsub = K / SUB;
+    // Rows past M (last block) decode row M - 1 again and are never written: loads stay
+    // unconditional so they can all be issued up front.
+    u64 roff[R];
+#pragma unroll
+    for (u32 r = 0; r < R; ++r) roff[r] = (u64)(m0 + r < M ? m0 + r : M - 1) * row_bytes;
     for (u32 n0 = 0; n0 < N; n0 += NT) {
-        float acc[NT];
+        const float* xr[NT];
 #pragma unroll
-        for (u32 t = 0; t < NT; ++t) acc[t] = 0.0f;
-        for (u32 s = lane; s < nsub; s += WARP) {
-            float w[Q::SUB];
-            Q::deq(wrow + (u64)(s / SPB) * Q::QB, s % SPB, w);
+        for (u32 t = 0; t < NT; ++t) xr[t] = X + (u64)(n0 + t < N ? n0 + t : N - 1) * K;
+        float acc[R][NT];
 #pragma unroll
-            for (u32 t = 0; t < NT; ++t) {
-                if (n0 + t < N) acc[t] += dot_sub<Q::SUB>(w, X + (u64)(n0 + t) * K + (u64)s * Q::SUB);
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+        for (u32 s = tid; s < nsub; s += GEMV_THREADS) {
+            const u64 boff = (u64)(s / SPB) * Q::QB;
+            const u32 sub = s % SPB;
+            const u64 xoff = (u64)s * SUB;
+            if constexpr (HOLD_X) {
+                float x[NT][SUB];
+#pragma unroll
+                for (u32 t = 0; t < NT; ++t) load_x<SUB>(xr[t] + xoff, x[t]);
+#pragma unroll
+                for (u32 r = 0; r < R; ++r) {
+                    float w[SUB];
+                    Q::deq(W + roff[r] + boff, sub, w);
+#pragma unroll
+                    for (u32 t = 0; t < NT; ++t) acc[r][t] += dot_sub<SUB>(w, x[t]);
+                }
+            } else {
+                float w[R][SUB];
+#pragma unroll
+                for (u32 r = 0; r < R; ++r) Q::deq(W + roff[r] + boff, sub, w[r]);
+#pragma unroll
+                for (u32 t = 0; t < NT; ++t) {
+                    float x[SUB];
+                    load_x<SUB>(xr[t] + xoff, x);
+#pragma unroll
+                    for (u32 r = 0; r < R; ++r) acc[r][t] += dot_sub<SUB>(w[r], x);
+                }
             }
         }
 #pragma unroll
-        for (u32 t = 0; t < NT; ++t) {
-            const float v = warp_sum(acc[t]);
-            if (lane == 0 && n0 + t < N) Y[(u64)(n0 + t) * M + m] = v;
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 t = 0; t < NT; ++t) {
+                const float v = warp_sum(acc[r][t]);
+                if (lane == 0) red[warp][r * NT + t] = v;
+            }
+        sync_block();
+        if (tid < R * NT) {
+            const u32 r = tid / NT, t = tid % NT;
+            float v = 0.0f;
+#pragma unroll
+            for (u32 w = 0; w < GEMV_WARPS; ++w) v += red[w][tid];
+            if (m0 + r < M && n0 + t < N) Y[(u64)(n0 + t) * M + m0 + r] = v;
         }
+        sync_block();
     }
 }
 

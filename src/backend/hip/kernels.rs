@@ -72,6 +72,16 @@ pub const WEIGHT_TYPES: &[(&str, DType)] = &[
 
 /// GEMV variants: input rows accumulated per pass over the weights.
 pub const GEMV_TILES: &[u32] = &[1, 2, 4, 8];
+/// Threads of a GEMV block (`GEMV_THREADS` in `hip/matmul.hip`).
+pub const GEMV_THREADS: u32 = 128;
+
+/// Weight rows one GEMV block computes for a tile of `nt` input rows (`gemv_rows` in
+/// `hip/matmul.hip`).
+pub fn gemv_rows(nt: u32) -> u32 {
+    if nt == 1 { 4 } else { 2 }
+}
+/// Elements of a row one `argmax_part_f32` block reduces (`ARGMAX_CHUNK` in `hip/select.hip`).
+pub const ARGMAX_CHUNK: usize = 256 * 8;
 /// Attention variants: head-dim elements per lane (hd <= 32 · HDL).
 pub const ATTN_HDL: &[u32] = &[1, 2, 4, 8];
 

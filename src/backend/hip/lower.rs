@@ -393,8 +393,8 @@ pub(super) fn node(
                     be,
                     "matmul",
                     &format!("gemv_{suffix}_{nt}"),
-                    [blocks(m as u64, 4), 1, 1],
-                    128,
+                    [blocks(m as u64, u64::from(kernels::gemv_rows(nt))), 1, 1],
+                    kernels::GEMV_THREADS,
                     &args,
                 )
             } else {
@@ -608,13 +608,49 @@ pub(super) fn node(
         Op::AttentionNonCausal { attn, window } => attention(be, env, node, attn, Some(*window)),
         Op::ArgMax => {
             let x = inp(0);
+            let (rows, v) = (x.shape[0], x.shape[1]);
+            let parts = v.div_ceil(kernels::ARGMAX_CHUNK);
+            if rows == 0 {
+                return Ok(());
+            }
+            // Per-part best value (f32) and index (u32) of every row (grid: rows x parts).
+            let part_v = be.scratch((rows * parts * 8).max(8))?;
+            let part_i = part_v + (rows * parts * 4) as DevPtr;
             launch(
                 be,
                 "select",
                 "argmax_f32",
-                [blocks(x.shape[0] as u64, 1), 1, 1],
+                [
+                    blocks(rows as u64, 1),
+                    blocks(v as u64, kernels::ARGMAX_CHUNK as u64),
+                    1,
+                ],
                 256,
-                &[p_in(0), p_out(0), u32_of(x.shape[1])?],
+                &[
+                    p_in(0),
+                    Arg::P(part_v),
+                    Arg::P(part_i),
+                    p_out(0),
+                    u32_of(v)?,
+                    u32_of(parts)?,
+                    Arg::U32(0),
+                ],
+            )?;
+            launch(
+                be,
+                "select",
+                "argmax_f32",
+                [blocks(rows as u64, 1), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    Arg::P(part_v),
+                    Arg::P(part_i),
+                    p_out(0),
+                    u32_of(v)?,
+                    u32_of(parts)?,
+                    Arg::U32(1),
+                ],
             )
         }
         Op::TopK { k } => {
