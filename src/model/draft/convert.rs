@@ -20,10 +20,11 @@ use super::gguf_load::expected_tensors;
 use super::{ARCH, names};
 use crate::gguf::{GgufWriter, Value, ValueType};
 use crate::model::ModelError;
+use crate::model::qwen35::shard_files;
 use crate::tensor::{DType, quant};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn err(path: &Path, msg: impl Into<String>) -> ModelError {
     ModelError::Checkpoint {
@@ -119,30 +120,6 @@ fn gguf_name(key: &str) -> Option<String> {
         _ => return None,
     };
     Some(names::blk(i, g))
-}
-
-/// The safetensors files: `model.safetensors`, or the shards of `model.safetensors.index.json`.
-fn shard_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
-    let single = dir.join("model.safetensors");
-    if single.exists() {
-        return Ok(vec![single]);
-    }
-    let index = dir.join("model.safetensors.index.json");
-    let text = std::fs::read_to_string(&index)
-        .map_err(|e| err(dir, format!("no model.safetensors and no index: {e}")))?;
-    let j: Json = serde_json::from_str(&text).map_err(|e| err(&index, e.to_string()))?;
-    let map = j
-        .get("weight_map")
-        .and_then(Json::as_object)
-        .ok_or_else(|| err(&index, "no weight_map"))?;
-    let mut files: Vec<_> = map
-        .values()
-        .filter_map(Json::as_str)
-        .map(|f| dir.join(f))
-        .collect();
-    files.sort();
-    files.dedup();
-    Ok(files)
 }
 
 struct Loaded {

@@ -81,7 +81,7 @@ fn config_from_json(path: &Path, root: &Json) -> Result<Qwen35Config, ModelError
 
 /// The safetensors files of a checkpoint: `model.safetensors`, or the shards named by
 /// `model.safetensors.index.json`.
-fn shard_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ModelError> {
+pub(crate) fn shard_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, ModelError> {
     let single = dir.join("model.safetensors");
     if single.exists() {
         return Ok(vec![single]);

@@ -10,6 +10,7 @@ mod hf_load;
 
 pub(crate) use gguf_load::expected_tensors;
 pub use graph::{GraphOptions, LogitRows};
+pub(crate) use hf_load::shard_files;
 
 use super::{ModelError, Qwen35Config};
 use crate::backend::{StateDecl, WeightStore};
