@@ -40,3 +40,31 @@ pub enum ModelError {
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
 }
+
+/// Checks `store` holds every `(name, shape)` of `expected`, in a dequantizable type; `missing`
+/// says what a missing tensor is missing from.
+pub(crate) fn check_tensors(
+    expected: Vec<(String, Vec<usize>)>,
+    store: &crate::backend::WeightStore,
+    missing: &str,
+) -> Result<(), ModelError> {
+    for (name, shape) in expected {
+        let t = store.get(&name).ok_or_else(|| ModelError::Weight {
+            name: name.clone(),
+            msg: missing.into(),
+        })?;
+        if t.shape != shape {
+            return Err(ModelError::Weight {
+                name,
+                msg: format!("has shape {:?}, the config implies {:?}", t.shape, shape),
+            });
+        }
+        if !t.dtype.is_dequantizable() {
+            return Err(ModelError::Weight {
+                name,
+                msg: format!("type {} is not supported", t.dtype),
+            });
+        }
+    }
+    Ok(())
+}

@@ -194,25 +194,7 @@ pub(crate) fn expected_tensors(c: &DFlashConfig) -> Vec<(String, Vec<usize>)> {
 }
 
 pub(crate) fn check_weights(c: &DFlashConfig, store: &WeightStore) -> Result<(), ModelError> {
-    for (name, shape) in expected_tensors(c) {
-        let t = store.get(&name).ok_or_else(|| ModelError::Weight {
-            name: name.clone(),
-            msg: "missing from the drafter".into(),
-        })?;
-        if t.shape != shape {
-            return Err(ModelError::Weight {
-                name,
-                msg: format!("has shape {:?}, the config implies {:?}", t.shape, shape),
-            });
-        }
-        if !t.dtype.is_dequantizable() {
-            return Err(ModelError::Weight {
-                name,
-                msg: format!("type {} is not supported", t.dtype),
-            });
-        }
-    }
-    Ok(())
+    crate::model::check_tensors(expected_tensors(c), store, "missing from the drafter")
 }
 
 pub(super) fn load(path: &Path) -> Result<DFlash, ModelError> {

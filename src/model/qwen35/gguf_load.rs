@@ -142,25 +142,7 @@ pub(crate) fn expected_tensors(c: &Qwen35Config) -> Vec<(String, Vec<usize>)> {
 
 /// Checks `store` holds every expected tensor with its expected shape.
 pub(super) fn check_weights(c: &Qwen35Config, store: &WeightStore) -> Result<(), ModelError> {
-    for (name, shape) in expected_tensors(c) {
-        let t = store.get(&name).ok_or_else(|| ModelError::Weight {
-            name: name.clone(),
-            msg: "missing".into(),
-        })?;
-        if t.shape != shape {
-            return Err(ModelError::Weight {
-                name,
-                msg: format!("has shape {:?}, the config implies {:?}", t.shape, shape),
-            });
-        }
-        if !t.dtype.is_dequantizable() {
-            return Err(ModelError::Weight {
-                name,
-                msg: format!("type {} is not supported", t.dtype),
-            });
-        }
-    }
-    Ok(())
+    crate::model::check_tensors(expected_tensors(c), store, "missing")
 }
 
 pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
