@@ -1,6 +1,7 @@
 // Partial NeoX rotary embedding on x [T, H, D]: pairs (i, i + rot/2), i < rot/2, rotate by
-// pos[t] · inv_freq[i] (inv_freq computed on the host exactly as the CPU reference does).
-// Params: 0 total (T·H·D), 1 H·D, 2 D, 3 rot, 4 threads per grid row.
+// pos[t] · inv_freq[i] (inv_freq computed on the host exactly as the CPU reference does, YaRN
+// included), cos and sin times the attention factor m (HF's `attention_scaling`).
+// Params: 0 total (T·H·D), 1 H·D, 2 D, 3 rot, 4 threads per grid row, 5 m (f32 bits).
 
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read> Pos: array<i32>;
@@ -32,10 +33,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let p = f32(Pos[idx / pu(1u)]);
     if i < half {
-        let cs = cos_sin(p * F[i]);
+        let cs = cos_sin(p * F[i]) * pf(5u);
         Y[idx] = X[idx] * cs.x - X[idx + half] * cs.y;
     } else {
-        let cs = cos_sin(p * F[i - half]);
+        let cs = cos_sin(p * F[i - half]) * pf(5u);
         Y[idx] = X[idx] * cs.x + X[idx - half] * cs.y;
     }
 }

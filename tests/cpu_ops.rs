@@ -7,7 +7,7 @@ use deltaspec::backend::{
     self, Backend, BackendError, HostData, HostTensor, StateDecl, StatesId, TensorBytes,
     WeightStore, WeightsId,
 };
-use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap};
+use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap, RopeParams, Yarn};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 use std::sync::Arc;
@@ -768,6 +768,89 @@ fn rope_matches_reference() {
         for (gr, xr) in got.chunks(d).zip(x.chunks(d)) {
             assert_eq!(gr[rot..], xr[rot..]);
         }
+    }
+}
+
+/// YaRN written out from HF's `_compute_yarn_parameters` (transformers 5.23) in f64 apart from
+/// the f32 tensors HF forms (`pos_freqs`, the ramp): low-frequency dims are divided by the
+/// factor, high-frequency ones kept, a linear ramp between; cos and sin times 0.1·ln(f) + 1.
+fn yarn_ref(
+    x: &[f32],
+    pos: &[i32],
+    h: usize,
+    d: usize,
+    rot: usize,
+    theta: f32,
+    y: &Yarn,
+) -> Vec<f64> {
+    let half = rot / 2;
+    let corr = |r: f32| {
+        rot as f64 * (y.original_context as f64 / (r as f64 * 2.0 * std::f64::consts::PI)).ln()
+            / (2.0 * (theta as f64).ln())
+    };
+    let low = corr(y.beta_fast).floor().max(0.0);
+    let high = corr(y.beta_slow).ceil().min(rot as f64 - 1.0);
+    let m = 0.1 * (y.factor as f64).ln() + 1.0;
+    let mut out = to_f64(x);
+    for (t, p) in pos.iter().enumerate() {
+        for head in 0..h {
+            let base = (t * h + head) * d;
+            for i in 0..half {
+                let pf = theta.powf((2 * i) as f32 / rot as f32) as f64;
+                let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                let inv = (1.0 / (y.factor as f64 * pf)) * ramp + (1.0 / pf) * (1.0 - ramp);
+                let angle = (*p as f32 * inv as f32) as f64;
+                let (x0, x1) = (x[base + i] as f64, x[base + i + half] as f64);
+                out[base + i] = m * (x0 * angle.cos() - x1 * angle.sin());
+                out[base + i + half] = m * (x1 * angle.cos() + x0 * angle.sin());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn rope_yarn_matches_hf_formula() {
+    let (t, h) = (6, 2);
+    let mut rng = Rng::new(41);
+    for (d, rot, theta, factor, ctx) in [(32, 32, 1e4f32, 8.0f32, 256), (24, 16, 1e6, 32.0, 4096)] {
+        let yarn = Yarn {
+            factor,
+            original_context: ctx,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: None,
+            truncate: true,
+        };
+        let x = rng.vec_normal(t * h * d, 1.0);
+        let pos: Vec<i32> = vec![0, 1, 9, 300, 4000, 20000];
+        let mut b = GraphBuilder::new();
+        let xi = b.input("x", DType::F32, &[t, h, d]).unwrap();
+        let pi = b.input("pos", DType::I32, &[t]).unwrap();
+        let rp = RopeParams {
+            rot,
+            theta,
+            yarn: Some(yarn),
+        };
+        let yo = b.rope_with(xi, pi, rp).unwrap();
+        b.output("y", yo).unwrap();
+        let mut hs = Harness::new(&WeightStore::default(), &[]);
+        let out = hs.run(
+            &b.build(),
+            &[
+                ("x", HostData::F32(x.clone())),
+                ("pos", HostData::I32(pos.clone())),
+            ],
+        );
+        // The f32 blend of the two frequencies differs from the f64 one by an ulp or so, which
+        // at position 20000 moves the angle by ~1e-4 rad.
+        assert_close_tol(
+            &format!("yarn d={d} rot={rot} factor={factor}"),
+            &out.f32("y"),
+            &yarn_ref(&x, &pos, h, d, rot, theta, &yarn),
+            1e-3,
+            1e-3,
+        );
     }
 }
 

@@ -15,7 +15,13 @@ use deltaspec::model::{Qwen35, Session};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DRAFTERS: [(&str, &str); 2] = [("dflash-a", "tiny-a"), ("dflash-b", "tiny-b")];
+/// dflash-c has YaRN rope (transformers ≥ 5 `rope_parameters`, non-default betas) and taps the
+/// target's last layer.
+const DRAFTERS: [(&str, &str); 3] = [
+    ("dflash-a", "tiny-a"),
+    ("dflash-b", "tiny-b"),
+    ("dflash-c", "tiny-a"),
+];
 
 fn drafter_dir(name: &str) -> PathBuf {
     fixtures().join("drafters").join(name)
@@ -364,15 +370,40 @@ fn converter_reads_both_config_layouts_and_writes_dflash_keys() {
         assert_eq!(c.sliding_layers, vec![window.is_some(), false], "{name}");
         assert_eq!(c.target_block_count, Some(4), "{name}");
     }
-    // YaRN keys from rope_parameters are written and read back; the graph refuses them for now.
+    // YaRN keys from rope_parameters are written and read back (defaults for absent betas,
+    // `mscale`/`mscale_all_dim` resolved to HF's attention factor, `truncate`).
     let ck = edited_checkpoint(&dir, "dflash-a", |j| {
         j["rope_parameters"] = serde_json::json!({
             "rope_type": "yarn", "rope_theta": 1e7, "factor": 32.0,
-            "original_max_position_embeddings": 8192
+            "original_max_position_embeddings": 8192, "mscale": 0.707, "mscale_all_dim": 1.0,
+            "truncate": false
         })
     });
     let d = DFlash::load(&convert(&ck.display().to_string(), &dir, OutType::F32)).unwrap();
     let y = d.cfg.rope_scaling.clone().expect("yarn read back");
+    let m = |s: f64| 0.1 * s * 32f64.ln() + 1.0;
+    assert_eq!(
+        (
+            y.factor,
+            y.original_context_length,
+            y.beta_fast,
+            y.beta_slow,
+            y.attention_factor,
+            y.truncate
+        ),
+        (
+            32.0,
+            8192,
+            32.0,
+            1.0,
+            Some((m(0.707) / m(1.0)) as f32),
+            false
+        )
+    );
+    assert_eq!(d.cfg.rope_theta, 1e7);
+    // dflash-c: the betas as the checkpoint gives them, the derived attention factor.
+    let d = DFlash::load(&convert("dflash-c", &dir, OutType::F32)).unwrap();
+    let y = d.cfg.rope_scaling.clone().expect("dflash-c has yarn");
     assert_eq!(
         (
             y.factor,
@@ -380,13 +411,26 @@ fn converter_reads_both_config_layouts_and_writes_dflash_keys() {
             y.beta_fast,
             y.beta_slow
         ),
-        (32.0, 8192, 32.0, 1.0)
+        (8.0, 256, 16.0, 2.0)
     );
-    assert_eq!(d.cfg.rope_theta, 1e7);
-    let t = Qwen35::load(&target_dir("tiny-a")).unwrap();
-    let w = d.weights_with_target(&t).unwrap();
-    let e = d.draft_graph(&w, 1, 16).err().unwrap().to_string();
-    assert!(e.contains("YaRN"), "{e}");
+    assert_eq!((y.attention_factor, y.truncate), (None, true));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// YaRN is applied, not just read: dflash-c without its scaling drafts something else.
+#[test]
+fn yarn_changes_the_draft() {
+    let dir = scratch("yarn");
+    let (t, mut d, r) = setup("dflash-c", "tiny-a", &dir, OutType::F32);
+    let n = r.tokens.len();
+    let f = features(&t, &d, &r.tokens[..n - 1]);
+    d.cfg.rope_scaling = None;
+    let mut be = backend::create("cpu").unwrap();
+    let mut ds = DraftSession::new(&d, &t, be.as_mut(), n - 1 + d.cfg.block_size).unwrap();
+    let out = ds.draft(&f, r.tokens[n - 1]).unwrap();
+    let err = rel_err(&out.logits, &r.logits);
+    println!("dflash-c without YaRN: rel err {err:.3e}");
+    assert!(err > 1e-2, "YaRN made no difference ({err:.3e})");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

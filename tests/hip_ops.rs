@@ -20,7 +20,7 @@ use deltaspec::backend::hip::{HipBackend, Which};
 use deltaspec::backend::{
     self, Backend, HostData, HostTensor, StateDecl, StatesId, WeightStore, WeightsId,
 };
-use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap};
+use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap, RopeParams, Yarn};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
@@ -494,15 +494,30 @@ fn rope_partial_and_full() {
         return;
     };
     let mut rng = Rng::new(17);
-    for (rot, theta) in [(16, 1e4f32), (40, 1e7), (0, 1e4)] {
+    let yarn = Yarn {
+        factor: 32.0,
+        original_context: 8192,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        attention_factor: None,
+        truncate: true,
+    };
+    for (rot, theta, yarn) in [
+        (16, 1e4f32, None),
+        (40, 1e7, None),
+        (0, 1e4, None),
+        (40, 1e7, Some(yarn)),
+    ] {
         let (t, h, d) = (6, 3, 40);
         let mut b = GraphBuilder::new();
         let x = b.input("x", DType::F32, &[t, h, d]).unwrap();
         let pos = b.input("pos", DType::I32, &[t]).unwrap();
-        let y = b.rope(x, pos, rot, theta).unwrap();
+        let y = b
+            .rope_with(x, pos, RopeParams { rot, theta, yarn })
+            .unwrap();
         b.output("y", y).unwrap();
         p.check(
-            &format!("rope rot={rot} theta={theta}"),
+            &format!("rope rot={rot} theta={theta} yarn={}", yarn.is_some()),
             &b.build(),
             &[
                 ("x", HostData::F32(rng.vec_normal(t * h * d, 1.0))),

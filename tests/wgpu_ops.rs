@@ -5,7 +5,9 @@
 
 use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
 use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl, WeightStore};
-use deltaspec::graph::{AttnParams, GdnParams, Graph, GraphBuilder, HeadMap, TensorId};
+use deltaspec::graph::{
+    AttnParams, GdnParams, Graph, GraphBuilder, HeadMap, RopeParams, TensorId, Yarn,
+};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
@@ -389,6 +391,26 @@ fn rope() {
         b.out("y", y);
         check(&mut g, &b.case(), 1e-5, &format!("rope rot {rot}"));
     }
+    // YaRN: scaled frequency table and attention factor.
+    let yarn = Yarn {
+        factor: 32.0,
+        original_context: 8192,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        attention_factor: None,
+        truncate: true,
+    };
+    let mut b = B::new(9);
+    let x = b.input("x", &[4, 3, 64], 1.0);
+    let p = b.input_i32("pos", vec![0, 5, 9000, 200000]);
+    let rp = RopeParams {
+        rot: 64,
+        theta: 1e7,
+        yarn: Some(yarn),
+    };
+    let y = b.b.rope_with(x, p, rp).unwrap();
+    b.out("y", y);
+    check(&mut g, &b.case(), 1e-5, "rope yarn");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Builds a [`Graph`] node by node, checking shapes as it goes.
 
-use super::op::{AttnParams, GdnParams, Op};
+use super::op::{AttnParams, GdnParams, Op, RopeParams};
 use super::{Graph, GraphError, Node, TensorDecl, TensorId, TensorKind, shape};
 use crate::tensor::DType;
 use std::collections::HashMap;
@@ -182,7 +182,11 @@ impl GraphBuilder {
         )
     }
     pub fn rope(&mut self, x: TensorId, pos: TensorId, rot: usize, theta: f32) -> R<TensorId> {
-        self.one(Op::Rope { rot, theta }, &[x, pos])
+        self.rope_with(x, pos, RopeParams::plain(rot, theta))
+    }
+    /// RoPE with explicit parameters (YaRN scaling).
+    pub fn rope_with(&mut self, x: TensorId, pos: TensorId, p: RopeParams) -> R<TensorId> {
+        self.one(Op::Rope(p), &[x, pos])
     }
     #[allow(clippy::too_many_arguments)]
     pub fn attention(

@@ -7,11 +7,13 @@
 pub mod builder;
 pub mod op;
 pub mod planner;
+pub mod rope;
 pub mod shape;
 
 pub use builder::GraphBuilder;
 pub use op::{AttnParams, GdnParams, HeadMap, Op};
 pub use planner::Plan;
+pub use rope::{RopeParams, Yarn};
 
 use crate::tensor::DType;
 use thiserror::Error;

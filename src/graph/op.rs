@@ -7,6 +7,8 @@
 //! - Nodes run in the order they were added. Ops that take a state tensor update it in place,
 //!   so a later node sees the update (attention appends K/V before it attends).
 
+pub use super::rope::RopeParams;
+
 /// How GDN value heads map to key heads when `nv > nk` (`r = nv / nk`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadMap {
@@ -94,8 +96,10 @@ pub enum Op {
     /// Same data, new shape (equal element count): a view, never a copy.
     Reshape { shape: Vec<usize> },
     /// Partial NeoX rotary embedding: `x [T, H, D]`, `pos i32 [T]` -> same shape; dims
-    /// `[0, rot)` rotate in pairs `(i, i + rot/2)` with `inv_freq = theta^(-2i/rot)`.
-    Rope { rot: usize, theta: f32 },
+    /// `[0, rot)` rotate in pairs `(i, i + rot/2)` by `pos · inv_freq[i]`, cos and sin scaled by
+    /// the attention factor ([`RopeParams::inv_freq`], [`RopeParams::attention_factor`]:
+    /// `theta^(-2i/rot)` and 1 without YaRN).
+    Rope(RopeParams),
     /// GQA attention over a KV cache with a causal mask:
     /// `q [T, nh, hd]`, `k [T, nkv, hd]`, `v [T, nkv, hd]`, `pos i32 [T]`,
     /// `k_cache [cap, nkv, hd]`, `v_cache [cap, nkv, hd]` (states) -> `[T, nh, hd]`.
@@ -133,7 +137,7 @@ impl Op {
             Op::SliceLast { .. } => "slice_last",
             Op::Rows { .. } => "rows",
             Op::Reshape { .. } => "reshape",
-            Op::Rope { .. } => "rope",
+            Op::Rope(_) => "rope",
             Op::Attention(_) => "attention",
             Op::AttentionNonCausal { .. } => "attention_non_causal",
             Op::SigmoidMul => "sigmoid_mul",

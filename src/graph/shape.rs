@@ -253,7 +253,8 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             }
             Ok(vec![(shape.clone(), x.dtype)])
         }
-        Op::Rope { rot, .. } => {
+        Op::Rope(rp) => {
+            let rot = &rp.rot;
             c.arity(2)?;
             let x = c.f32(0)?;
             let pos = c.i32(1)?;
@@ -263,6 +264,16 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
                 return c.err(format!(
                     "rot {rot} must be even and at most the head dim {}",
                     x.shape[2]
+                ));
+            }
+            if let Some(y) = &rp.yarn
+                && !(y.factor > 0.0
+                    && y.original_context > 0
+                    && y.beta_fast > 0.0
+                    && y.beta_slow > 0.0)
+            {
+                return c.err(format!(
+                    "YaRN needs a positive factor, original context and betas, got {y:?}"
                 ));
             }
             Ok(f32_out(x.shape.clone()))

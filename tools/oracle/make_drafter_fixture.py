@@ -39,7 +39,19 @@ SPECS = {
                      ffn=128, block=8, ids=[1, 2], mask=255, theta=1e6,
                      layer_types=["sliding_attention", "full_attention"], window=3,
                      style="old", dtype=torch.bfloat16),
+    # YaRN rope (transformers>=5 rope_parameters, non-default betas: ramp over dims 1..6 of 16), three target
+    # layers incl. the target's last (HF gives its final-normed state).
+    "dflash-c": dict(target="tiny-a", seed=13, n_tokens=16, layers=2, heads=4, kv_heads=2, head_dim=32,
+                     ffn=160, block=6, ids=[0, 2, 3], mask=251, theta=1e4, layer_types=None, window=None,
+                     style="v5", dtype=torch.float32,
+                     rope={"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0,
+                           "original_max_position_embeddings": 256, "beta_fast": 16.0, "beta_slow": 2.0},
+                     max_pos=2048),
 }
+
+
+def rope_parameters(spec):
+    return spec.get("rope") or {"rope_type": "default", "rope_theta": spec["theta"]}
 
 
 def sha256(path):
@@ -71,8 +83,8 @@ def build_drafter(spec, tcfg):
     cfg = MuseGlimmerAssistantConfig(
         hidden_size=tcfg.hidden_size, intermediate_size=spec["ffn"], num_hidden_layers=n,
         num_attention_heads=spec["heads"], num_key_value_heads=spec["kv_heads"], head_dim=spec["head_dim"],
-        rms_norm_eps=1e-6, max_position_embeddings=512,
-        rope_parameters={"rope_type": "default", "rope_theta": spec["theta"]}, layer_types=lt,
+        rms_norm_eps=1e-6, max_position_embeddings=spec.get("max_pos", 512),
+        rope_parameters=rope_parameters(spec), layer_types=lt,
         block_size=spec["block"], mask_token_id=spec["mask"], target_layer_ids=spec["ids"],
         sliding_window=spec["window"] or 4096)
     cfg._attn_implementation = "eager"
@@ -99,7 +111,7 @@ def zlab_config(spec, tcfg):
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3",
         "hidden_size": tcfg.hidden_size, "intermediate_size": spec["ffn"], "num_hidden_layers": n,
         "num_attention_heads": spec["heads"], "num_key_value_heads": spec["kv_heads"],
-        "head_dim": spec["head_dim"], "rms_norm_eps": 1e-6, "max_position_embeddings": 512,
+        "head_dim": spec["head_dim"], "rms_norm_eps": 1e-6, "max_position_embeddings": spec.get("max_pos", 512),
         "vocab_size": tcfg.vocab_size, "hidden_act": "silu", "attention_bias": False,
         "num_target_layers": tcfg.num_hidden_layers, "tie_word_embeddings": False,
         "torch_dtype": "bfloat16" if spec["dtype"] == torch.bfloat16 else "float32",
@@ -109,7 +121,7 @@ def zlab_config(spec, tcfg):
         c["sliding_window"] = spec["window"]
         c["use_sliding_window"] = True
     if spec["style"] == "v5":
-        c["rope_parameters"] = {"rope_type": "default", "rope_theta": spec["theta"]}
+        c["rope_parameters"] = rope_parameters(spec)
         c["block_size"] = spec["block"]
         c["dflash_config"] = {"mask_token_id": spec["mask"], "target_layer_ids": spec["ids"]}
     else:

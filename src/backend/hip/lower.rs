@@ -577,7 +577,8 @@ pub(super) fn node(
                 .dtod(env.ptr(node.outputs[0]), src, len * width * 4)
                 .map_err(|e| be.dev_err(e))
         }
-        Op::Rope { rot, .. } => {
+        Op::Rope(rp) => {
+            let rot = rp.rot;
             let x = inp(0);
             let (h, d) = (x.shape[1], x.shape[2]);
             let n = x.numel() as u64;
@@ -601,6 +602,7 @@ pub(super) fn node(
                     u32_of(h * d)?,
                     u32_of(d)?,
                     u32_of(rot / 2)?,
+                    Arg::F32(rp.attention_factor()),
                 ],
             )
         }

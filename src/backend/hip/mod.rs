@@ -513,11 +513,9 @@ impl Backend for HipBackend {
         let mut consts = HashMap::new();
         let mut f32_weights = Vec::new();
         for (i, node) in graph.nodes.iter().enumerate() {
-            if let Op::Rope { rot, theta } = node.op {
-                // The CPU reference's `inv_freq`, bit for bit.
-                let f: Vec<f32> = (0..rot / 2)
-                    .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
-                    .collect();
+            if let Op::Rope(rp) = &node.op {
+                // The CPU reference's `inv_freq` (YaRN-scaled if so), bit for bit.
+                let f = rp.inv_freq();
                 let b = self.alloc(f.len() * 4)?;
                 self.drv
                     .htod(b.ptr, bytemuck::cast_slice(&f))

@@ -457,21 +457,23 @@ impl Ctx<'_> {
                     groups,
                 );
             }
-            Op::Rope { rot, theta } => {
+            Op::Rope(rp) => {
                 let s = shape(ins[0]);
                 let (h, d) = (s[1], s[2]);
                 let total = numel(ins[0]);
-                // HF's inv_freq, computed exactly as the CPU reference does.
-                let freqs: Vec<f32> = (0..(rot / 2).max(1))
-                    .map(|i| 1.0 / theta.powf((2 * i) as f32 / *rot as f32))
-                    .collect();
+                // HF's inv_freq (YaRN-scaled if so), computed exactly as the CPU reference does.
+                let mut freqs = rp.inv_freq();
+                if freqs.is_empty() {
+                    freqs.push(0.0); // a binding may not be empty
+                }
                 self.out.aux.push(bytemuck::cast_slice(&freqs).to_vec());
                 let f = Res::Aux(self.out.aux.len() - 1);
                 let (x, pos, y) = (self.res(ins[0]), self.res(ins[1]), self.res(outs[0]));
                 let (groups, gx) = grid(total.div_ceil(256));
+                let m = rp.attention_factor().to_bits();
                 self.step(
                     ShaderKey::new("rope"),
-                    p(&[u(total)?, u(h * d)?, u(d)?, u(*rot)?, gx * 256]),
+                    p(&[u(total)?, u(h * d)?, u(d)?, u(rp.rot)?, gx * 256, m]),
                     vec![x, pos, f, y],
                     groups,
                 );

@@ -3,16 +3,33 @@
 
 use crate::model::{ModelError, Qwen35Config};
 
-/// YaRN RoPE scaling as the drafter declares it (`{A}.rope.scaling.*`).
-///
-/// Read and stored; the drafter graph does not apply it yet and refuses to build when
-/// `factor > 1` (see [`DFlashConfig::check_supported`]).
+/// YaRN RoPE scaling as the drafter declares it (`{A}.rope.scaling.*`), applied by the draft
+/// graph's rope ops as HF transformers computes it ([`crate::graph::Yarn`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct YarnScaling {
     pub factor: f32,
     pub original_context_length: usize,
     pub beta_fast: f32,
     pub beta_slow: f32,
+    /// An explicit cos/sin multiplier (HF `attention_factor`, or the one `mscale` /
+    /// `mscale_all_dim` give); `None`: `0.1·ln(factor) + 1`.
+    pub attention_factor: Option<f32>,
+    /// Whether the ramp bounds are rounded outward to whole dims (HF `truncate`, default true).
+    pub truncate: bool,
+}
+
+impl YarnScaling {
+    /// The graph's parameters.
+    pub fn to_graph(&self) -> crate::graph::Yarn {
+        crate::graph::Yarn {
+            factor: self.factor,
+            original_context: self.original_context_length,
+            beta_fast: self.beta_fast,
+            beta_slow: self.beta_slow,
+            attention_factor: self.attention_factor,
+            truncate: self.truncate,
+        }
+    }
 }
 
 /// DSpark heads on a DFlash backbone (`{A}.dflash.dspark.*`).
@@ -201,16 +218,30 @@ impl DFlashConfig {
         Ok(())
     }
 
-    /// Refuses configurations the graph does not implement yet.
+    /// The drafter's rotary parameters (full head dim, its own θ, YaRN if declared).
+    pub fn rope(&self) -> crate::graph::RopeParams {
+        crate::graph::RopeParams {
+            rot: self.head_dim,
+            theta: self.rope_theta,
+            yarn: self.rope_scaling.as_ref().map(YarnScaling::to_graph),
+        }
+    }
+
+    /// Refuses configurations the graph cannot run: YaRN numbers that are not positive.
     pub fn check_supported(&self) -> Result<(), ModelError> {
-        if let Some(y) = &self.rope_scaling
-            && y.factor > 1.0
-        {
-            return Err(ModelError::Config(format!(
-                "dflash drafter: YaRN RoPE scaling (factor {}, original context {}) is read but \
-                 not implemented in the drafter graph yet",
-                y.factor, y.original_context_length
-            )));
+        if let Some(y) = &self.rope_scaling {
+            let ok = |v: f32| v.is_finite() && v > 0.0;
+            if !(ok(y.factor)
+                && ok(y.beta_fast)
+                && ok(y.beta_slow)
+                && y.original_context_length > 0
+                && y.attention_factor.is_none_or(ok))
+            {
+                return Err(ModelError::Config(format!(
+                    "dflash drafter: YaRN scaling needs a positive factor, original context, \
+                     betas and attention factor, got {y:?}"
+                )));
+            }
         }
         Ok(())
     }

@@ -194,11 +194,37 @@ fn rope_from_json(j: &Json, cfg_path: &Path) -> Result<(f32, Option<YarnScaling>
                         "yarn rope scaling without original_max_position_embeddings",
                     )
                 })?;
+                // HF: `attention_factor`, else from `mscale` / `mscale_all_dim` when both are
+                // set, else 0.1·ln(factor) + 1 (left to the graph).
+                let mscale = |m: f64| {
+                    if factor <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * factor.ln() + 1.0
+                    }
+                };
+                let attention_factor = match (
+                    num("attention_factor"),
+                    num("mscale"),
+                    num("mscale_all_dim"),
+                ) {
+                    (Some(a), _, _) => Some(a as f32),
+                    (None, Some(m), Some(ma)) if m != 0.0 && ma != 0.0 => {
+                        Some((mscale(m) / mscale(ma)) as f32)
+                    }
+                    _ => None,
+                };
                 yarn = Some(YarnScaling {
                     factor: factor as f32,
                     original_context_length: orig as usize,
-                    beta_fast: num("beta_fast").unwrap_or(32.0) as f32,
-                    beta_slow: num("beta_slow").unwrap_or(1.0) as f32,
+                    // HF: `get("beta_fast") or 32` (a 0 also means the default).
+                    beta_fast: num("beta_fast").filter(|&v| v != 0.0).unwrap_or(32.0) as f32,
+                    beta_slow: num("beta_slow").filter(|&v| v != 0.0).unwrap_or(1.0) as f32,
+                    attention_factor,
+                    truncate: block
+                        .get("truncate")
+                        .and_then(Json::as_bool)
+                        .unwrap_or(true),
                 });
                 break;
             }
@@ -419,9 +445,9 @@ fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
     }
     w.add_kv(&k("attention.layer_norm_rms_epsilon"), Value::F32(c.eps));
     w.add_kv(&k("rope.freq_base"), Value::F32(c.rope_theta));
-    if let Some(y) = &c.rope_scaling
-        && y.factor > 1.0
-    {
+    if let Some(y) = &c.rope_scaling {
+        // Lucebox's keys; `attn_factor` (llama.cpp's name) and `truncate` only when not the
+        // defaults the loader assumes.
         w.add_kv(&k("rope.scaling.type"), Value::from("yarn"));
         w.add_kv(&k("rope.scaling.factor"), Value::F32(y.factor));
         w.add_kv(
@@ -430,6 +456,12 @@ fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
         );
         w.add_kv(&k("rope.scaling.beta_fast"), Value::F32(y.beta_fast));
         w.add_kv(&k("rope.scaling.beta_slow"), Value::F32(y.beta_slow));
+        if let Some(a) = y.attention_factor {
+            w.add_kv(&k("rope.scaling.attn_factor"), Value::F32(a));
+        }
+        if !y.truncate {
+            w.add_kv(&k("rope.scaling.truncate"), Value::Bool(false));
+        }
     }
     w.add_kv(&k("dflash.n_target_layers"), u32v(c.n_target_layers));
     w.add_kv(&k("dflash.block_size"), u32v(c.block_size));

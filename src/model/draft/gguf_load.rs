@@ -37,7 +37,8 @@ fn sliding(
     Ok((window, pattern))
 }
 
-/// YaRN keys (`{A}.rope.scaling.*`); both beta spellings are accepted.
+/// YaRN keys (`{A}.rope.scaling.*`); both beta spellings are accepted (Lucebox `beta_fast`,
+/// llama.cpp `yarn_beta_fast`), `attn_factor` and `truncate` are optional.
 fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
     let k = |s: &str| format!("{a}.rope.scaling.{s}");
     let Some(ty) = f.get(&k("type")) else {
@@ -54,19 +55,39 @@ fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
             "rope scaling type '{ty}' is not supported"
         )));
     }
-    let num = |names: &[&str], default: Option<f32>| -> Result<f32, ModelError> {
+    let opt = |names: &[&str]| -> Result<Option<f32>, ModelError> {
         for n in names {
             if f.get(&k(n)).is_some() {
-                return Ok(f.get_f32(&k(n))?);
+                return Ok(Some(f.get_f32(&k(n))?));
             }
         }
-        default.ok_or_else(|| cfg_err(format!("{} is missing", k(names[0]))))
+        Ok(None)
+    };
+    let num = |names: &[&str], default: Option<f32>| -> Result<f32, ModelError> {
+        opt(names)?
+            .or(default)
+            .ok_or_else(|| cfg_err(format!("{} is missing", k(names[0]))))
+    };
+    let orig = match f.get(&k("original_context_length")) {
+        Some(_) => f.get_u64(&k("original_context_length"))? as usize,
+        None => {
+            return Err(cfg_err(format!(
+                "{} is missing",
+                k("original_context_length")
+            )));
+        }
+    };
+    let truncate = match f.get(&k("truncate")) {
+        Some(_) => f.get_bool(&k("truncate"))?,
+        None => true,
     };
     Ok(Some(YarnScaling {
         factor: num(&["factor"], None)?,
-        original_context_length: num(&["original_context_length"], None)? as usize,
+        original_context_length: orig,
         beta_fast: num(&["beta_fast", "yarn_beta_fast"], Some(32.0))?,
         beta_slow: num(&["beta_slow", "yarn_beta_slow"], Some(1.0))?,
+        attention_factor: opt(&["attn_factor"])?,
+        truncate,
     }))
 }
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! ctx  = RMSNorm(fc(feat); hidden_norm)                      [tc, H]   (new committed rows)
-//! per layer: K/V of ctx (k_norm, RoPE at cpos) written at cache rows cpos
+//! per layer: K/V of ctx (k_norm, RoPE at cpos; the drafter's θ and YaRN) written at cache rows cpos
 //! h    = target_embed([last, MASK × (B−1)])                   [B, H]    at positions pos
 //! per layer: hn = RMSNorm(h; attn_norm); Q, K, V of hn (q/k_norm, RoPE at pos);
 //!            A = softmax(Q Kᵀ/√hd) V over cache rows 0 ..= max(pos), non-causal;
@@ -64,17 +64,17 @@ impl Ctx<'_> {
         rows: usize,
         pos: TensorId,
     ) -> Result<(TensorId, TensorId), ModelError> {
-        let (nkv, hd, eps, theta) = (
+        let (nkv, hd, eps, rope) = (
             self.c.n_kv_heads,
             self.c.head_dim,
             self.c.eps,
-            self.c.rope_theta,
+            self.c.rope(),
         );
         let k = self.lin(x, &blk(i, "attn_k.weight"))?;
         let k = self.b.reshape(k, &[rows, nkv, hd])?;
         let kn = self.w(&blk(i, "attn_k_norm.weight"))?;
         let k = self.b.rms_norm(k, kn, eps)?;
-        let k = self.b.rope(k, pos, hd, theta)?;
+        let k = self.b.rope_with(k, pos, rope)?;
         let v = self.lin(x, &blk(i, "attn_v.weight"))?;
         let v = self.b.reshape(v, &[rows, nkv, hd])?;
         Ok((k, v))
@@ -113,7 +113,7 @@ impl DFlash {
         let c = &self.cfg;
         c.check_supported()?;
         let bsz = c.block_size;
-        let (nh, nkv, hd, eps, theta) = (c.n_heads, c.n_kv_heads, c.head_dim, c.eps, c.rope_theta);
+        let (nh, nkv, hd, eps, rope) = (c.n_heads, c.n_kv_heads, c.head_dim, c.eps, c.rope());
         let mut b = GraphBuilder::new();
         let ctx_in = if tc > 0 {
             Some((
@@ -155,7 +155,7 @@ impl DFlash {
             let q = cx.b.reshape(q, &[bsz, nh, hd])?;
             let qn = cx.w(&blk(i, "attn_q_norm.weight"))?;
             let q = cx.b.rms_norm(q, qn, eps)?;
-            let q = cx.b.rope(q, pos, hd, theta)?;
+            let q = cx.b.rope_with(q, pos, rope)?;
             let (k, v) = cx.kv(i, normed, bsz, pos)?;
             let a = cx.b.attention_non_causal(p, window, q, k, v, pos, kc, vc)?;
             let a = cx.b.reshape(a, &[bsz, nh * hd])?;

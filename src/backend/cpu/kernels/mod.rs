@@ -256,13 +256,12 @@ pub fn run_node(
             one_out(op, outs)?.copy_from_slice(ins.f32(0)?);
             Ok(())
         }
-        Op::Rope { rot, theta } => {
+        Op::Rope(params) => {
             let shape = ins.shape(0)?;
             let geom = rope::Geometry {
                 heads: shape[1],
                 head_dim: shape[2],
-                rot: *rot,
-                theta: *theta,
+                params: *params,
             };
             rope::rope(ins.f32(0)?, ins.i32(1)?, &geom, one_out(op, outs)?);
             Ok(())

@@ -1,30 +1,26 @@
 //! `Rope`: partial NeoX rotary embedding, computed the way HF's rotary module does in f32.
 
+use crate::graph::RopeParams;
+
 /// Geometry of one rope call on `x [T, heads, head_dim]`.
 pub(super) struct Geometry {
     pub heads: usize,
     pub head_dim: usize,
-    /// Rotated dims `[0, rot)`; the rest pass through.
-    pub rot: usize,
-    pub theta: f32,
+    /// Rotated dims `[0, rot)` (the rest pass through), base, YaRN.
+    pub params: RopeParams,
 }
 
-/// HF's `inv_freq = 1.0 / (theta ** (arange(0, rot, 2).float() / rot))`, all in f32.
-fn inv_freq(rot: usize, theta: f32) -> Vec<f32> {
-    (0..rot / 2)
-        .map(|i| 1.0 / theta.powf((2 * i) as f32 / rot as f32))
-        .collect()
-}
-
-/// Rotates pairs `(i, i + rot/2)` for `i < rot/2` by `pos · inv_freq[i]`:
+/// Rotates pairs `(i, i + rot/2)` for `i < rot/2` by `pos · inv_freq[i]`, with HF's
+/// `cos = cos(angle)·m`, `sin = sin(angle)·m` (m the attention factor, 1 without YaRN):
 /// `x'[i] = x[i]·cos − x[i + rot/2]·sin`, `x'[i + rot/2] = x[i + rot/2]·cos + x[i]·sin`.
 pub(super) fn rope(x: &[f32], pos: &[i32], g: &Geometry, y: &mut [f32]) {
     y.copy_from_slice(x);
-    let half = g.rot / 2;
+    let half = g.params.rot / 2;
     if half == 0 || y.is_empty() {
         return;
     }
-    let freqs = inv_freq(g.rot, g.theta);
+    let freqs = g.params.inv_freq();
+    let m = g.params.attention_factor();
     let mut cos = vec![0.0f32; half];
     let mut sin = vec![0.0f32; half];
     for (row, p) in y.chunks_exact_mut(g.heads * g.head_dim).zip(pos) {
@@ -32,7 +28,7 @@ pub(super) fn rope(x: &[f32], pos: &[i32], g: &Geometry, y: &mut [f32]) {
         let p = *p as f32;
         for ((c, s), f) in cos.iter_mut().zip(sin.iter_mut()).zip(&freqs) {
             let angle = p * f;
-            (*c, *s) = (angle.cos(), angle.sin());
+            (*c, *s) = (angle.cos() * m, angle.sin() * m);
         }
         for head in row.chunks_exact_mut(g.head_dim) {
             let (lo, rest) = head.split_at_mut(half);
