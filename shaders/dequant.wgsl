@@ -5,6 +5,13 @@
 // 4) of the row starting at byte `ro`; rows are whole blocks, so `$F_dq1(i)` (element `i` of
 // the whole tensor) is `$F_dq4(0, ..)`. Arithmetic follows the CPU reference: each product in
 // f32, in the same order.
+//
+// GEMV work items: `$F_item(ro, s, &v)` decodes item `s` (elements `s·$F_SUB ..`, `$F_SUB4`
+// vec4s) of the row at byte `ro` into `v` and returns a scale the dot product is multiplied by
+// (so a per-sub-block scale costs one multiply per item, not per element). Types with a fast
+// item read whole words (one load per 4–8 weights, no per-element offset arithmetic); the
+// generator gives every other type a 4-element item built on `$F_dq4` (section `item4`).
+// `$F_init(tid)` fills workgroup tables (call it, then a barrier, before the first item).
 
 //! bytes
 fn $F_u8(o: u32) -> u32 {
@@ -50,6 +57,30 @@ fn $F_nib(q: u32, shift: u32) -> vec4<f32> {
 fn $F_dq1(i: u32) -> f32 {
     return $F_dq4(0u, i & ~3u)[i & 3u];
 }
+// The 8 words at byte `p` (any even offset): 9 aligned loads and a funnel shift when `p` is
+// 2 mod 4 (32-element blocks and Q6_K blocks are only 2-byte aligned). Reads one word past
+// the 32 bytes, which callers guarantee lies inside the block or the padded buffer.
+fn $F_win8(p: u32) -> array<u32, 8> {
+    let a = p >> 2u;
+    let odd = (p & 2u) != 0u;
+    var out: array<u32, 8>;
+    var prev = $W[a];
+    for (var i = 0u; i < 8u; i++) {
+        let nx = $W[a + 1u + i];
+        out[i] = select(prev, (prev >> 16u) | (nx << 16u), odd);
+        prev = nx;
+    }
+    return out;
+}
+
+//! item4
+const $F_SUB: u32 = 4u;
+const $F_SUB4: u32 = 1u;
+fn $F_init(tid: u32) {}
+fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, $F_SUB4>>) -> f32 {
+    (*v)[0] = $F_dq4(ro, s * 4u);
+    return 1.0;
+}
 
 //! F32
 fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
@@ -80,6 +111,19 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let d = $F_f16(b);
     let q = bitcast<vec4<i32>>($F_bytes($F_u32(b + 2u + (e & 31u))) << vec4<u32>(24u)) >> vec4<u32>(24u);
     return vec4<f32>(q) * d;
+}
+const $F_SUB: u32 = 32u;
+const $F_SUB4: u32 = 8u;
+fn $F_init(tid: u32) {}
+// One block: 9 word loads; the qs start at byte 2 of the block.
+fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+    let o = ro + s * 34u;
+    let q = $F_win8(o + 2u);
+    for (var i = 0u; i < 8u; i++) {
+        // The four bytes sign-extended by shifts.
+        (*v)[i] = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q[i]) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+    }
+    return $F_f16(o);
 }
 
 //! Q4_0
@@ -148,6 +192,35 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let q = $F_u32(b + 8u + 16u * ib + (j & 15u)) >> select(0u, 4u, j >= 16u);
     return dl * vec4<f32>($F_KV[q & 0xfu], $F_KV[(q >> 8u) & 0xfu], $F_KV[(q >> 16u) & 0xfu], $F_KV[(q >> 24u) & 0xfu]);
 }
+const $F_SUB: u32 = 32u;
+const $F_SUB4: u32 = 8u;
+// The grid in workgroup memory: 16 words, so lanes never conflict on a bank.
+var<workgroup> $F_KT: array<f32, 16>;
+fn $F_init(tid: u32) {
+    if tid < 16u {
+        $F_KT[tid] = $F_KV[tid];
+    }
+}
+fn $F_kv4(q: u32) -> vec4<f32> {
+    return vec4<f32>($F_KT[q & 0xfu], $F_KT[(q >> 8u) & 0xfu], $F_KT[(q >> 16u) & 0xfu], $F_KT[(q >> 24u) & 0xfu]);
+}
+// Sub-block `s & 7` of block `s >> 3`: the header word pair, then its 16 qs bytes (4 words;
+// blocks are 8-byte aligned). Byte j holds element j (low nibble) and j + 16 (high).
+fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+    let b = (ro >> 2u) + (s >> 3u) * 34u;
+    let ib = s & 7u;
+    let h = $W[b];
+    let ls = ($W[b + 1u] >> (4u * ib)) & 0xfu;
+    let hs = (h >> (16u + 2u * ib)) & 3u;
+    let dl = $F_h2f(h & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
+    let q0 = b + 2u + 4u * ib;
+    for (var i = 0u; i < 4u; i++) {
+        let q = $W[q0 + i];
+        (*v)[i] = $F_kv4(q);
+        (*v)[i + 4u] = $F_kv4(q >> 4u);
+    }
+    return dl;
+}
 
 //! Q4_K
 // ggml's get_scale_min_k4 for sub-block j of the 12 scale bytes at byte s.
@@ -169,6 +242,24 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let dm = $F_f16(b + 2u) * sm.y;
     let q = $F_nib($F_u32(b + 16u + 32u * k + (l & 31u)), select(0u, 4u, l >= 32u));
     return d * q - dm;
+}
+const $F_SUB: u32 = 32u;
+const $F_SUB4: u32 = 8u;
+fn $F_init(tid: u32) {}
+// Sub-block j = s & 7 (one scale/min pair): 8 aligned qs words (blocks are 16-byte aligned).
+fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+    let b = ro + (s >> 3u) * 144u;
+    let j = s & 7u;
+    let h = $W[b >> 2u];
+    let sm = $F_scale_min(b + 4u, j);
+    let d = $F_h2f(h & 0xffffu) * sm.x;
+    let dm = $F_h2f(h >> 16u) * sm.y;
+    let q0 = (b >> 2u) + 4u + 8u * (j >> 1u);
+    let sh = 4u * (j & 1u);
+    for (var i = 0u; i < 8u; i++) {
+        (*v)[i] = d * $F_nib($W[q0 + i], sh) - dm;
+    }
+    return 1.0;
 }
 
 //! Q5_K
@@ -193,6 +284,26 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let hi = vec4<f32>((h >> vec4<u32>(sub)) & vec4<u32>(1u)) * 16.0;
     return d * (lo + hi) - dm;
 }
+const $F_SUB: u32 = 32u;
+const $F_SUB4: u32 = 8u;
+fn $F_init(tid: u32) {}
+// Sub-block j = s & 7: 8 aligned qs words and the 8 qh words (bit j of each byte).
+fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+    let b = ro + (s >> 3u) * 176u;
+    let j = s & 7u;
+    let h = $W[b >> 2u];
+    let sm = $F_scale_min(b + 4u, j);
+    let d = $F_h2f(h & 0xffffu) * sm.x;
+    let dm = $F_h2f(h >> 16u) * sm.y;
+    let qh0 = (b >> 2u) + 4u;
+    let q0 = (b >> 2u) + 12u + 8u * (j >> 1u);
+    let sh = 4u * (j & 1u);
+    for (var i = 0u; i < 8u; i++) {
+        let hi = vec4<f32>(($F_bytes($W[qh0 + i]) >> vec4<u32>(j)) & vec4<u32>(1u)) * 16.0;
+        (*v)[i] = d * ($F_nib($W[q0 + i], sh) + hi) - dm;
+    }
+    return 1.0;
+}
 
 //! Q6_K
 fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
@@ -207,4 +318,28 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let sc = f32((i32($F_u8(b + 192u + 8u * half + 2u * qi + (l >> 4u))) << 24u) >> 24u);
     let ds = $F_f16(b + 208u) * sc;
     return ds * (lo + hi - 32.0);
+}
+const $F_SUB: u32 = 32u;
+const $F_SUB4: u32 = 8u;
+fn $F_init(tid: u32) {}
+// Item j = s & 7 of a block: half j >> 2, quarter qi = j & 3, 32 elements l with ql byte
+// 64·half + 32·(qi & 1) + l (nibble qi >> 1), qh byte 128 + 32·half + l (bits 2·qi) and
+// scale 8·half + 2·qi + l / 16. Blocks are 2-byte aligned: words through `win8`.
+fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+    let b = ro + (s >> 3u) * 210u;
+    let j = s & 7u;
+    let half = j >> 2u;
+    let qi = j & 3u;
+    let ql = $F_win8(b + 64u * half + 32u * (qi & 1u));
+    let qh = $F_win8(b + 128u + 32u * half);
+    let scs = $F_u16(b + 192u + 8u * half + 2u * qi);
+    let sc0 = f32((i32(scs) << 24u) >> 24u);
+    let sc1 = f32((i32(scs) << 16u) >> 24u);
+    let sl = 4u * (qi >> 1u);
+    for (var i = 0u; i < 8u; i++) {
+        let lo = (vec4<u32>(ql[i]) >> vec4<u32>(sl, sl + 8u, sl + 16u, sl + 24u)) & vec4<u32>(0xfu);
+        let hi = ($F_bytes(qh[i]) >> vec4<u32>(2u * qi)) & vec4<u32>(3u);
+        (*v)[i] = (vec4<f32>(lo | (hi << vec4<u32>(4u))) - 32.0) * select(sc1, sc0, i < 4u);
+    }
+    return $F_f16(b + 208u);
 }

@@ -1,17 +1,123 @@
-// y[n, col_off + m] = Σ_k x[n, k] · w[m, k] for a few input rows (decode and verify widths).
-// One workgroup per weight row: the workgroup streams the row once, 4 elements per thread and
-// step, and accumulates every input row against it; partial sums are reduced with subgroupAdd
-// (SG) or through workgroup memory.
-// Constants: WG (threads), NB (input rows the registers hold, ≥ N), SG (subgroup reduction).
-// Params: 0 N, 1 K, 2 M (rows of this weight part), 3 row bytes, 4 ldy, 5 col_off, 6 grid x.
+// GEMV for decode and verify widths: y[n, col_off + m] = Σ_k x[n, k] · w[m, k], n < N ≤ NT.
+//
+// A workgroup owns R weight rows and splits K between its WG threads: thread t takes work
+// items t, t + WG, … (an item is W0_SUB contiguous elements of a row, decoded from whole words
+// by `W_item`, see dequant.wgsl). For each item a thread either holds the activations of all
+// NT input rows and decodes the R weight rows one after the other (HOLD_X, NT ≤ R), or holds
+// the R decoded rows and streams the NT activation rows: either way every weight element is
+// decoded once and applied to every input row, and every activation load serves R rows.
+// Partial sums are reduced with subgroupAdd (SG) and across subgroups (or, without SG, all
+// threads) through workgroup memory.
+//
+// Fusion (one dispatch over several weights that read the same x, all of one type):
+// - SEG2..SEG4: weights W0..W3 are segments; workgroups [first_s, first_{s+1}) compute rows
+//   of W_s into Y_s.
+// - PAIR: SwiGLU folded in: a workgroup's R rows are R/2 rows of W0 (gate) and the same R/2
+//   rows of W1 (up); it writes silu(gate) · up into Y0.
+// Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4.
+// Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
+// rows, ldy, col_off.
 
-@group(0) @binding(1) var<storage, read> X: array<f32>;
-@group(0) @binding(2) var<storage, read> W: array<u32>;
-@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+//#if XV4
+@group(0) @binding(#) var<storage, read> X: array<vec4<f32>>;
+//#else
+@group(0) @binding(#) var<storage, read> X: array<f32>;
+//#endif
+@group(0) @binding(#) var<storage, read> W0: array<u32>;
+//#if SEG2
+@group(0) @binding(#) var<storage, read> W1: array<u32>;
+//#endif
+//#if SEG3
+@group(0) @binding(#) var<storage, read> W2: array<u32>;
+//#endif
+//#if SEG4
+@group(0) @binding(#) var<storage, read> W3: array<u32>;
+//#endif
+@group(0) @binding(#) var<storage, read_write> Y0: array<f32>;
+//#if !PAIR
+//#if SEG2
+@group(0) @binding(#) var<storage, read_write> Y1: array<f32>;
+//#endif
+//#if SEG3
+@group(0) @binding(#) var<storage, read_write> Y2: array<f32>;
+//#endif
+//#if SEG4
+@group(0) @binding(#) var<storage, read_write> Y3: array<f32>;
+//#endif
+//#endif
 
-//#dequant W
+//#dequant W0
+//#if SEG2
+//#dequant W1
+//#endif
+//#if SEG3
+//#dequant W2
+//#endif
+//#if SEG4
+//#dequant W3
+//#endif
 
-var<workgroup> red: array<f32, NB * WG>;
+const SUB4: u32 = W0_SUB4;
+const HOLD_X: bool = NT <= R;
+//#if PAIR
+const RW: u32 = R / 2u;
+//#else
+const RW: u32 = R;
+//#endif
+
+var<workgroup> red: array<f32, R * NT * WG>;
+
+fn item(seg: u32, ro: u32, s: u32, v: ptr<function, array<vec4<f32>, SUB4>>) -> f32 {
+//#if SEG4
+    if seg == 3u {
+        return W3_item(ro, s, v);
+    }
+//#endif
+//#if SEG3
+    if seg == 2u {
+        return W2_item(ro, s, v);
+    }
+//#endif
+//#if SEG2
+    if seg == 1u {
+        return W1_item(ro, s, v);
+    }
+//#endif
+    return W0_item(ro, s, v);
+}
+
+// Four activations of row-major x starting at element e (a multiple of 4).
+fn x4(e: u32) -> vec4<f32> {
+//#if XV4
+    return X[e >> 2u];
+//#else
+    return vec4<f32>(X[e], X[e + 1u], X[e + 2u], X[e + 3u]);
+//#endif
+}
+
+fn store(seg: u32, i: u32, v: f32) {
+//#if !PAIR
+//#if SEG4
+    if seg == 3u {
+        Y3[i] = v;
+        return;
+    }
+//#endif
+//#if SEG3
+    if seg == 2u {
+        Y2[i] = v;
+        return;
+    }
+//#endif
+//#if SEG2
+    if seg == 1u {
+        Y1[i] = v;
+        return;
+    }
+//#endif
+//#endif
+    Y0[i] = v;
+}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -23,58 +129,157 @@ fn main(
     @builtin(num_subgroups) n_sg: u32,
 //#endif
 ) {
+    W0_init(tid);
+//#if SEG2
+    W1_init(tid);
+//#endif
+//#if SEG3
+    W2_init(tid);
+//#endif
+//#if SEG4
+    W3_init(tid);
+//#endif
+    workgroupBarrier();
     let n_rows = pu(0u);
     let k = pu(1u);
-    let row = wid.x + wid.y * pu(6u);
-    var acc: array<f32, NB>;
-    if row < pu(2u) {
-        let ro = row * pu(3u);
-        for (var e = tid * 4u; e < k; e += WG * 4u) {
-            var w = W_dq4(ro, e);
-            if e + 4u <= k {
-                for (var n = 0u; n < NB; n++) {
+    let rb = pu(2u);
+    let g = wid.x + wid.y * pu(3u);
+    var seg = 0u;
+//#if !PAIR
+//#if SEG2
+    if g >= pu(8u) {
+        seg = 1u;
+    }
+//#endif
+//#if SEG3
+    if g >= pu(12u) {
+        seg = 2u;
+    }
+//#endif
+//#if SEG4
+    if g >= pu(16u) {
+        seg = 3u;
+    }
+//#endif
+//#endif
+    let sp = 4u + 4u * seg;
+    let m0 = (g - pu(sp)) * RW;
+    let m_rows = pu(sp + 1u);
+    // Row slot r: weight (segment) and byte offset. Rows past the end decode the last row
+    // again (never written), so the loads need no guard.
+    var rseg: array<u32, R>;
+    var ro: array<u32, R>;
+    for (var r = 0u; r < R; r++) {
+//#if PAIR
+        rseg[r] = r / RW;
+//#else
+        rseg[r] = seg;
+//#endif
+        ro[r] = min(m0 + r % RW, m_rows - 1u) * rb;
+    }
+    var acc: array<f32, R * NT>;
+    let items = k / W0_SUB;
+    for (var s = tid; s < items; s += WG) {
+        let e = s * W0_SUB;
+        if HOLD_X {
+            var x: array<vec4<f32>, NT * SUB4>;
+            for (var n = 0u; n < NT; n++) {
+                let xo = min(n, n_rows - 1u) * k + e;
+                for (var i = 0u; i < SUB4; i++) {
+                    x[n * SUB4 + i] = x4(xo + 4u * i);
+                }
+            }
+            for (var r = 0u; r < R; r++) {
+                var w: array<vec4<f32>, SUB4>;
+                let d = item(rseg[r], ro[r], s, &w);
+                for (var n = 0u; n < NT; n++) {
                     if n < n_rows {
-                        let o = n * k + e;
-                        acc[n] += dot(w, vec4<f32>(X[o], X[o + 1u], X[o + 2u], X[o + 3u]));
+                        var t = vec4<f32>(0.0);
+                        for (var i = 0u; i < SUB4; i++) {
+                            t += w[i] * x[n * SUB4 + i];
+                        }
+                        acc[r * NT + n] += d * ((t.x + t.y) + (t.z + t.w));
                     }
                 }
-            } else {
-                // Ragged end of a plain-float row: mask both sides (the next row may be NaN).
-                for (var n = 0u; n < NB; n++) {
-                    if n < n_rows {
-                        var s = 0.0;
-                        for (var i = 0u; e + i < k; i++) {
-                            s += w[i] * X[n * k + e + i];
+            }
+        } else {
+            var w: array<array<vec4<f32>, SUB4>, R>;
+            var d: array<f32, R>;
+            for (var r = 0u; r < R; r++) {
+                var wr: array<vec4<f32>, SUB4>;
+                d[r] = item(rseg[r], ro[r], s, &wr);
+                w[r] = wr;
+            }
+            for (var n = 0u; n < NT; n++) {
+                if n < n_rows {
+                    var x: array<vec4<f32>, SUB4>;
+                    for (var i = 0u; i < SUB4; i++) {
+                        x[i] = x4(n * k + e + 4u * i);
+                    }
+                    for (var r = 0u; r < R; r++) {
+                        var t = vec4<f32>(0.0);
+                        for (var i = 0u; i < SUB4; i++) {
+                            t += w[r][i] * x[i];
                         }
-                        acc[n] += s;
+                        acc[r * NT + n] += d[r] * ((t.x + t.y) + (t.z + t.w));
                     }
                 }
             }
         }
     }
+//#if !XV4
+    // Ragged end of a plain-float row (K % 4 != 0; only W0, never fused): element by element.
+    for (var e = items * W0_SUB + tid; e < k; e += WG) {
+        for (var r = 0u; r < R; r++) {
+            let w = W0_dq4(ro[r], e & ~3u)[e & 3u];
+            for (var n = 0u; n < NT; n++) {
+                acc[r * NT + n] += w * X[min(n, n_rows - 1u) * k + e];
+            }
+        }
+    }
+//#endif
 //#if SG
-    for (var n = 0u; n < NB; n++) {
-        let s = subgroupAdd(acc[n]);
+    for (var v = 0u; v < R * NT; v++) {
+        let t = subgroupAdd(acc[v]);
         if sg_lane == 0u {
-            red[n * WG + sg_id] = s;
+            red[v * WG + sg_id] = t;
         }
     }
     workgroupBarrier();
     let parts = n_sg;
 //#else
-    for (var n = 0u; n < NB; n++) {
-        red[n * WG + tid] = acc[n];
+    for (var v = 0u; v < R * NT; v++) {
+        red[v * WG + tid] = acc[v];
     }
     workgroupBarrier();
-    let parts = WG;
-//#endif
-    if row < pu(2u) {
-        for (var n = tid; n < n_rows; n += WG) {
-            var s = 0.0;
-            for (var i = 0u; i < parts; i++) {
-                s += red[n * WG + i];
+    for (var h = WG / 2u; h > 0u; h >>= 1u) {
+        if tid < h {
+            for (var v = 0u; v < R * NT; v++) {
+                red[v * WG + tid] += red[v * WG + tid + h];
             }
-            Y[n * pu(4u) + pu(5u) + row] = s;
+        }
+        workgroupBarrier();
+    }
+    let parts = 1u;
+//#endif
+    let ldy = pu(sp + 2u);
+    let col = pu(sp + 3u);
+    for (var v = tid; v < RW * NT; v += WG) {
+        let r = v / NT;
+        let n = v % NT;
+        if n < n_rows && m0 + r < m_rows {
+            var sum = 0.0;
+            for (var i = 0u; i < parts; i++) {
+                sum += red[v * WG + i];
+            }
+//#if PAIR
+            var up = 0.0;
+            for (var i = 0u; i < parts; i++) {
+                up += red[(v + RW * NT) * WG + i];
+            }
+            sum = (sum / (1.0 + exp(-sum))) * up;
+//#endif
+            store(seg, n * ldy + col + m0 + r, sum);
         }
     }
 }

@@ -1,7 +1,9 @@
-// y[n, col_off + m] = Σ_k x[n, k] · w[m, k] for many input rows (prefill): 64 × 64 output
-// tiles, 256 threads of 4 × 4 outputs, K in steps of 32 through workgroup memory; weight
-// tiles are dequantized once per workgroup.
-// Params: 0 N, 1 K, 2 M (rows of this weight part), 3 row bytes, 4 ldy, 5 col_off.
+// y[n, col_off + m] = Σ_k x[n, k] · w[m, k] for more input rows than the GEMV holds (verify
+// widths and prefill): 64 × TN output tiles (TN = 16, 32 or 64), 256 threads of 4 × TN/16
+// outputs, K in steps of 32 through workgroup memory. Each weight tile is dequantized once per
+// workgroup and used for all TN input rows, so for N ≤ TN every weight element is decoded
+// exactly once.
+// Constants: TN. Params: 0 N, 1 K, 2 M (rows of this weight part), 3 row bytes, 4 ldy, 5 col_off.
 
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read> W: array<u32>;
@@ -12,9 +14,11 @@
 const TS: u32 = 64u;
 const TK: u32 = 32u;
 const LD: u32 = 33u;
+// Input rows per thread.
+const NPT: u32 = TN / 16u;
 
 var<workgroup> ws: array<f32, 2112>; // TS * LD
-var<workgroup> xs: array<f32, 2112>;
+var<workgroup> xs: array<f32, TN * LD>;
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -24,8 +28,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let rb = pu(3u);
     let tid = lid.y * 16u + lid.x;
     let m0 = wid.x * TS;
-    let n0 = wid.y * TS;
-    var acc: array<vec4<f32>, 4>;
+    let n0 = wid.y * TN;
+    var acc: array<vec4<f32>, NPT>;
     for (var k0 = 0u; k0 < k; k0 += TK) {
         for (var i = 0u; i < 2u; i++) {
             let idx = tid + i * 256u;
@@ -45,7 +49,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             ws[r * LD + c + 2u] = w.z;
             ws[r * LD + c + 3u] = w.w;
         }
-        for (var i = 0u; i < 8u; i++) {
+        for (var i = 0u; i < TN / 8u; i++) {
             let idx = tid + i * 256u;
             let r = idx >> 5u;
             let c = idx & 31u;
@@ -58,14 +62,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
             let b = vec4<f32>(ws[(lid.x * 4u) * LD + kk], ws[(lid.x * 4u + 1u) * LD + kk], ws[(lid.x * 4u + 2u) * LD + kk], ws[(lid.x * 4u + 3u) * LD + kk]);
-            for (var i = 0u; i < 4u; i++) {
-                acc[i] += xs[(lid.y * 4u + i) * LD + kk] * b;
+            for (var i = 0u; i < NPT; i++) {
+                acc[i] += xs[(lid.y * NPT + i) * LD + kk] * b;
             }
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        let n = n0 + lid.y * 4u + i;
+    for (var i = 0u; i < NPT; i++) {
+        let n = n0 + lid.y * NPT + i;
         if n < n_rows {
             for (var j = 0u; j < 4u; j++) {
                 let m = m0 + lid.x * 4u + j;

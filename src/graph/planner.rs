@@ -19,6 +19,13 @@ impl Plan {
     }
 
     pub fn new(g: &Graph) -> Plan {
+        Self::with_uses(g, &[])
+    }
+
+    /// Like [`Plan::new`], with extra reads: `(tensor, node)` keeps `tensor` live through node
+    /// `node`. Backends that run a later node's work early (fused dispatches) use it so the
+    /// early writes cannot land in a slot that is still in use.
+    pub fn with_uses(g: &Graph, extra: &[(TensorId, usize)]) -> Plan {
         let n = g.tensors.len();
         // Last node index at which each storage root is read; usize::MAX = never freed.
         let mut last_use = vec![0usize; n];
@@ -27,6 +34,10 @@ impl Plan {
                 let r = g.storage_root(*id).index();
                 last_use[r] = last_use[r].max(i);
             }
+        }
+        for (id, node) in extra {
+            let r = g.storage_root(*id).index();
+            last_use[r] = last_use[r].max(*node);
         }
         for (_, id) in &g.outputs {
             last_use[g.storage_root(*id).index()] = usize::MAX;

@@ -10,6 +10,8 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     pub subgroups: bool,
     pub f16: bool,
+    /// Timestamp queries inside compute passes (requested only when profiling).
+    pub timestamps: bool,
     /// Errors the device reported outside an error scope (validation, out of memory).
     pub errors: Arc<Mutex<Vec<String>>>,
 }
@@ -80,6 +82,11 @@ pub fn open() -> Result<Gpu, String> {
     if f16 {
         features |= wgpu::Features::SHADER_F16;
     }
+    let ts = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+    let timestamps = crate::backend::profile::enabled() && have.contains(ts);
+    if timestamps {
+        features |= ts;
+    }
     let limits = adapter.limits();
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("deltaspec"),
@@ -104,6 +111,7 @@ pub fn open() -> Result<Gpu, String> {
         limits,
         subgroups,
         f16,
+        timestamps,
         errors,
     })
 }

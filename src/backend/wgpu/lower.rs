@@ -1,7 +1,8 @@
 //! Lowering: a planned graph becomes a list of dispatches (template specialisation, params,
 //! bindings, grid). Reshapes are views and emit nothing.
 
-use super::shaders::{self, GEMV_BUCKETS, GEMV_WG, PARAMS, ShaderKey};
+use super::fuse::{self, Fusion};
+use super::shaders::{self, PARAMS, ShaderKey};
 use crate::backend::BackendError;
 use crate::graph::{Graph, HeadMap, Op, Plan, TensorId, TensorKind};
 use crate::tensor::DType;
@@ -18,6 +19,8 @@ pub enum Res {
 }
 
 pub struct Step {
+    /// What the dispatch computes (the node's profile key), for per-dispatch timings.
+    pub label: String,
     pub key: ShaderKey,
     pub params: [u32; PARAMS],
     /// Bindings 1.. in order (binding 0 is the params uniform).
@@ -85,21 +88,34 @@ pub fn split_rows(
 }
 
 /// A weight-position operand: its type, row bytes and parts `(buffer, first row, rows)`.
-struct WOperand {
-    dtype: DType,
-    row_bytes: usize,
-    parts: Vec<(Res, usize, usize)>,
+pub(super) struct WOperand {
+    pub dtype: DType,
+    pub row_bytes: usize,
+    pub parts: Vec<(Res, usize, usize)>,
 }
 
-struct Ctx<'g> {
-    g: &'g Graph,
+/// What the device offers the lowering.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    /// Largest weight binding.
+    pub max_binding: u64,
+    pub subgroups: bool,
+    /// Storage buffers one dispatch may bind.
+    pub max_storage: u32,
+}
+
+pub(super) struct Ctx<'g> {
+    pub g: &'g Graph,
     plan: &'g Plan,
     max_binding: u64,
-    subgroups: bool,
+    pub subgroups: bool,
+    pub fusion: Fusion,
+    /// Label of the node being lowered.
+    label: String,
     out: Lowered,
 }
 
-fn unsupported(op: &Op, msg: impl Into<String>) -> BackendError {
+pub(super) fn unsupported(op: &Op, msg: impl Into<String>) -> BackendError {
     BackendError::Unsupported {
         backend: super::NAME.into(),
         op: op.name().into(),
@@ -108,20 +124,20 @@ fn unsupported(op: &Op, msg: impl Into<String>) -> BackendError {
 }
 
 /// `(groups, groups per grid row)` for `n` workgroups in a 2-D grid of rows ≤ 65535.
-fn grid(n: usize) -> ([u32; 3], u32) {
+pub(super) fn grid(n: usize) -> ([u32; 3], u32) {
     let n = n.max(1) as u64;
     let x = n.min(65535);
     ([x as u32, n.div_ceil(x) as u32, 1], x as u32)
 }
 
-fn p(vals: &[u32]) -> [u32; PARAMS] {
+pub(super) fn p(vals: &[u32]) -> [u32; PARAMS] {
     let mut a = [0u32; PARAMS];
     a[..vals.len()].copy_from_slice(vals);
     a
 }
 
 impl Ctx<'_> {
-    fn res(&mut self, id: TensorId) -> Res {
+    pub(super) fn res(&mut self, id: TensorId) -> Res {
         let root = self.g.storage_root(id);
         let t = self.g.tensor(root);
         match t.kind {
@@ -170,7 +186,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn woperand(&mut self, op: &Op, id: TensorId) -> Result<WOperand, BackendError> {
+    pub(super) fn woperand(&mut self, op: &Op, id: TensorId) -> Result<WOperand, BackendError> {
         let root = self.g.storage_root(id);
         let t = self.g.tensor(root).clone();
         if t.kind == TensorKind::Weight {
@@ -219,8 +235,15 @@ impl Ctx<'_> {
         Res::Scratch(self.out.scratch.len() - 1)
     }
 
-    fn step(&mut self, key: ShaderKey, params: [u32; PARAMS], binds: Vec<Res>, groups: [u32; 3]) {
+    pub(super) fn step(
+        &mut self,
+        key: ShaderKey,
+        params: [u32; PARAMS],
+        binds: Vec<Res>,
+        groups: [u32; 3],
+    ) {
         self.out.steps.push(Step {
+            label: self.label.clone(),
             key,
             params,
             binds,
@@ -245,6 +268,20 @@ impl Ctx<'_> {
         let g = self.g;
         let node = &g.nodes[idx];
         let op = &node.op;
+        // Fused groups run at their first member; the other members emit nothing.
+        if let Some((gi, at)) = self.fusion.role[idx] {
+            if at {
+                let grp = &self.fusion.groups[gi];
+                let key = crate::backend::profile_key(g, node);
+                self.label = match grp.swiglu {
+                    Some(_) => format!("{key} gate+up+swiglu"),
+                    None => format!("{key} ×{} fused", grp.members.len()),
+                };
+                self.fused(gi)?;
+            }
+            return Ok(());
+        }
+        self.label = crate::backend::profile_key(g, node);
         let ins = &node.inputs;
         let outs = &node.outputs;
         let shape = |id: TensorId| g.tensor(id).shape.clone();
@@ -280,46 +317,7 @@ impl Ctx<'_> {
                     );
                 }
             }
-            Op::MatMul => {
-                let xs = shape(ins[0]);
-                let (n, k) = (xs[0], xs[1]);
-                let m = shape(ins[1])[0];
-                let w = self.woperand(op, ins[1])?;
-                let x = self.res(ins[0]);
-                let y = self.res(outs[0]);
-                for (r, first, rows) in w.parts {
-                    let params = [u(n)?, u(k)?, u(rows)?, u(w.row_bytes)?, u(m)?, u(first)?];
-                    if let Some(&nb) = GEMV_BUCKETS.iter().find(|b| **b as usize >= n) {
-                        let (groups, gx) = grid(rows);
-                        let mut pp = params.to_vec();
-                        pp.push(gx);
-                        self.step(
-                            ShaderKey::new("matmul")
-                                .c("WG", GEMV_WG)
-                                .c("NB", nb)
-                                .flag_if(self.subgroups, "SG")
-                                .dq("W", w.dtype),
-                            p(&pp),
-                            vec![x, r, y],
-                            groups,
-                        );
-                    } else {
-                        let groups = [u(rows.div_ceil(64))?, u(n.div_ceil(64))?, 1];
-                        if groups[0] > 65535 || groups[1] > 65535 {
-                            return Err(unsupported(
-                                op,
-                                format!("{n} × {rows} outputs exceed the grid"),
-                            ));
-                        }
-                        self.step(
-                            ShaderKey::new("matmul_tiled").dq("W", w.dtype),
-                            p(&params),
-                            vec![x, r, y],
-                            groups,
-                        );
-                    }
-                }
-            }
+            Op::MatMul => self.matmul(idx)?,
             Op::Add | Op::SigmoidMul | Op::SwiGlu => {
                 let n = numel(outs[0]);
                 let flag = match op {
@@ -588,18 +586,35 @@ impl Ctx<'_> {
     }
 }
 
-/// Lowers every node of `g` (planned by `plan`) into dispatches.
-pub fn lower(
-    g: &Graph,
-    plan: &Plan,
-    max_binding: u64,
-    subgroups: bool,
-) -> Result<Lowered, BackendError> {
+/// Fusion groups of `g` (see [`fuse`]) and the buffer plan that makes them safe.
+pub fn plan(g: &Graph, caps: &Caps) -> (Fusion, Plan) {
+    let lim = fuse::Limits {
+        max_binding: caps.max_binding,
+        max_storage: caps.max_storage,
+        max_rows: *shaders::GEMV_BUCKETS.last().expect("buckets") as usize,
+        max_segments: 4,
+    };
+    let fusion = if std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_some() {
+        Fusion {
+            groups: Vec::new(),
+            role: vec![None; g.nodes.len()],
+        }
+    } else {
+        fuse::find(g, &lim)
+    };
+    let plan = Plan::with_uses(g, &fuse::extra_uses(g, &fusion));
+    (fusion, plan)
+}
+
+/// Lowers every node of `g` (planned by [`plan`]) into dispatches.
+pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowered, BackendError> {
     let mut cx = Ctx {
         g,
         plan,
-        max_binding,
-        subgroups,
+        max_binding: caps.max_binding,
+        subgroups: caps.subgroups,
+        fusion,
+        label: String::new(),
         out: Lowered::default(),
     };
     for i in 0..g.nodes.len() {

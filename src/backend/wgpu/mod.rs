@@ -9,14 +9,17 @@
 //!   outputs into a staging buffer, submits once and reads back only the outputs.
 
 mod device;
+mod fuse;
 pub mod lower;
+mod matmul;
 pub mod shaders;
+mod timing;
 
 use super::{
     Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore,
     WeightsId,
 };
-use crate::graph::{Graph, Plan};
+use crate::graph::Graph;
 use crate::tensor::DType;
 use device::Gpu;
 use lower::{Lowered, Res};
@@ -78,6 +81,7 @@ impl StateSet {
 }
 
 struct Dispatch {
+    label: String,
     pipe: Arc<Pipe>,
     params_offset: u64,
     binds: Vec<Res>,
@@ -98,6 +102,8 @@ struct Exec {
     staging: wgpu::Buffer,
     poison: Vec<u8>,
     bind_cache: HashMap<(u32, u32), Vec<wgpu::BindGroup>>,
+    /// Per-dispatch timestamps (profiling on adapters that have them).
+    timer: Option<timing::Timer>,
 }
 
 pub struct WgpuBackend {
@@ -584,8 +590,25 @@ impl Backend for WgpuBackend {
 
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
         graph.validate()?;
-        let plan = Plan::new(graph);
-        let low = lower::lower(graph, &plan, self.max_weight_binding, self.gpu.subgroups)?;
+        let caps = lower::Caps {
+            max_binding: self.max_weight_binding,
+            subgroups: self.gpu.subgroups,
+            max_storage: self.gpu.limits.max_storage_buffers_per_shader_stage,
+        };
+        let (fusion, plan) = lower::plan(graph, &caps);
+        let low = lower::lower(graph, &plan, fusion, &caps)?;
+        if crate::backend::profile::enabled() {
+            eprintln!(
+                "wgpu: graph of {} nodes -> {} dispatches{}",
+                graph.nodes.len(),
+                low.steps.len(),
+                if self.gpu.timestamps {
+                    " (timed by timestamp queries)"
+                } else {
+                    " (adapter has no timestamp queries inside passes: no per-op times)"
+                }
+            );
+        }
         for (i, b) in plan.slot_bytes.iter().enumerate() {
             if *b as u64 > self.max_binding {
                 return Err(BackendError::Unsupported {
@@ -616,6 +639,7 @@ impl Backend for WgpuBackend {
             params[off as usize..off as usize + PARAMS * 4]
                 .copy_from_slice(bytemuck::cast_slice(&s.params));
             dispatches.push(Dispatch {
+                label: s.key.file.to_string() + " " + &s.label,
                 pipe,
                 params_offset: off,
                 binds: s.binds.clone(),
@@ -672,6 +696,8 @@ impl Backend for WgpuBackend {
         } else {
             Vec::new()
         };
+        let timer = (crate::backend::profile::enabled() && self.gpu.timestamps)
+            .then(|| timing::Timer::new(&self.gpu.device, dispatches.len()));
         self.take_errors()?;
         self.execs.push(Exec {
             graph: Arc::new(graph.clone()),
@@ -686,6 +712,7 @@ impl Backend for WgpuBackend {
             staging,
             poison,
             bind_cache: HashMap::new(),
+            timer,
         });
         Ok(ExecId(self.execs.len() as u32 - 1))
     }
@@ -769,11 +796,20 @@ impl Backend for WgpuBackend {
                 label: Some("graph"),
                 timestamp_writes: None,
             });
-            for (d, bg) in e.dispatches.iter().zip(groups) {
+            if let Some(t) = &e.timer {
+                t.mark(&mut pass, 0);
+            }
+            for (i, (d, bg)) in e.dispatches.iter().zip(groups).enumerate() {
                 pass.set_pipeline(&d.pipe.pipeline);
                 pass.set_bind_group(0, bg, &[]);
                 pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                if let Some(t) = &e.timer {
+                    t.mark(&mut pass, i + 1);
+                }
             }
+        }
+        if let Some(t) = &e.timer {
+            t.resolve(&mut enc);
         }
         let sset = self.state_set(states)?;
         let mut total = 0u64;
@@ -805,6 +841,14 @@ impl Backend for WgpuBackend {
             self.take_errors()?;
             Vec::new()
         };
+        if let Some(t) = &e.timer {
+            let labels: Vec<String> = e.dispatches.iter().map(|d| d.label.clone()).collect();
+            t.record(
+                &self.gpu.device,
+                self.gpu.queue.get_timestamp_period(),
+                &labels,
+            )?;
+        }
         let mut out = Vec::with_capacity(e.low.outputs.len());
         for ((name, _, id), off) in e.low.outputs.iter().zip(&e.out_offsets) {
             let t = e.graph.tensor(*id);
@@ -815,16 +859,58 @@ impl Backend for WgpuBackend {
         Ok(out)
     }
 
+    /// Copy bandwidth of the WGSL vec4 copy kernel (`copy.wgsl`, BULK): best of five
+    /// submissions of four back-to-back copies each, read + write bytes counted.
     fn copy_bandwidth(&mut self, bytes: usize) -> Result<f64, BackendError> {
-        let n = (bytes as u64)
-            .clamp(1 << 20, self.gpu.limits.max_buffer_size / 2)
-            .next_multiple_of(4);
+        const REPS: u64 = 4;
+        let cap = (self.gpu.limits.max_buffer_size / 2).min(self.max_binding);
+        let n = (bytes as u64).clamp(1 << 20, cap.max(1 << 20)) / 16 * 16;
         let a = self.buffer("bw-src", n, storage_usage());
         let b = self.buffer("bw-dst", n, storage_usage());
+        let pipe = self.pipe(&ShaderKey::new("copy").flag("BULK"))?;
+        let vec4s = u32::try_from(n / 16).map_err(|_| dev_err("bandwidth buffer too large"))?;
+        // About four rounds of UNROLL vec4s per thread.
+        let groups = vec4s.div_ceil(256 * 16).clamp(1, 65535);
+        let mut params = [0u32; PARAMS];
+        params[0] = vec4s;
+        params[1] = groups * 256;
+        let ubuf = self.buffer_init(
+            "bw-params",
+            bytemuck::cast_slice(&params),
+            wgpu::BufferUsages::UNIFORM,
+        )?;
+        let bg = self
+            .gpu
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("bandwidth"),
+                layout: &pipe.layout,
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: ubuf.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 1,
+                        resource: a.as_entire_binding(),
+                    },
+                    wgpu::BindGroupEntry {
+                        binding: 2,
+                        resource: b.as_entire_binding(),
+                    },
+                ],
+            });
         let mut best = f64::MAX;
         for _ in 0..5 {
             let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(&a, 0, &b, 0, n);
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&pipe.pipeline);
+                pass.set_bind_group(0, &bg, &[]);
+                for _ in 0..REPS {
+                    pass.dispatch_workgroups(groups, 1, 1);
+                }
+            }
             let t = std::time::Instant::now();
             self.gpu.queue.submit([enc.finish()]);
             self.gpu
@@ -834,6 +920,6 @@ impl Backend for WgpuBackend {
             best = best.min(t.elapsed().as_secs_f64());
         }
         self.take_errors()?;
-        Ok(2.0 * n as f64 / best)
+        Ok(2.0 * (n * REPS) as f64 / best)
     }
 }

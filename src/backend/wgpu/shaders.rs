@@ -3,9 +3,11 @@
 //!
 //! Templates use three line directives: `//#if FLAG` / `//#if !FLAG`, `//#else`, `//#endif`
 //! (nestable) select text by flag; `//#dequant NAME` splices the decoder of the type bound to
-//! the `array<u32>` buffer `NAME` (functions `NAME_dq4(row_byte_offset, element)` and
-//! `NAME_dq1(element)`). Every decoder is written once in `shaders/dequant.wgsl`. The generator
-//! prepends the params uniform and the constants.
+//! the `array<u32>` buffer `NAME` (functions `NAME_dq4(row_byte_offset, element)`,
+//! `NAME_dq1(element)` and the GEMV work item `NAME_item`). Every decoder is written once in
+//! `shaders/dequant.wgsl`. `@binding(#)` numbers a binding after the previous one, so flags
+//! may add or drop bindings and the numbering stays dense. The generator prepends the params
+//! uniform and the constants.
 
 use crate::tensor::DType;
 use std::fmt::Write as _;
@@ -52,9 +54,9 @@ pub const WEIGHT_TYPES: &[DType] = &[
 ];
 
 /// Number of u32 params each dispatch gets (`pu(i)`, `pf(i)` in the kernels).
-pub const PARAMS: usize = 16;
+pub const PARAMS: usize = 32;
 
-const HEADER: &str = "@group(0) @binding(0) var<uniform> P: array<vec4<u32>, 4>;
+const HEADER: &str = "@group(0) @binding(0) var<uniform> P: array<vec4<u32>, 8>;
 fn pu(i: u32) -> u32 { return P[i >> 2u][i & 3u]; }
 fn pf(i: u32) -> f32 { return bitcast<f32>(pu(i)); }
 ";
@@ -114,10 +116,25 @@ fn splice_dequant(buffer: &str, t: DType, out: &mut String) -> Result<(), String
     }
     let bytes = dequant_section("bytes").ok_or("dequant.wgsl lacks the bytes section")?;
     let body = dequant_section(t.name()).ok_or_else(|| format!("dequant.wgsl lacks {t}"))?;
-    for part in [bytes, body] {
+    let mut parts = vec![bytes, body];
+    if !body.contains("$F_item(") {
+        parts.push(dequant_section("item4").ok_or("dequant.wgsl lacks the item4 section")?);
+    }
+    for part in parts {
         out.push_str(&part.replace("$W", buffer).replace("$F", buffer));
     }
     Ok(())
+}
+
+/// Elements of one GEMV work item of type `t` (`$F_SUB` in its dequant section; 4 for the
+/// types built on `dq4`).
+pub fn item_elems(t: DType) -> usize {
+    dequant_section(t.name())
+        .and_then(|s| {
+            let rest = &s[s.find("const $F_SUB: u32 = ")? + 20..];
+            rest[..rest.find('u')?].parse().ok()
+        })
+        .unwrap_or(4)
 }
 
 /// The full WGSL source of a specialisation.
@@ -135,6 +152,8 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
     // Stack of (this branch active, any enclosing inactive).
     let mut stack: Vec<(bool, bool)> = Vec::new();
     let active = |s: &[(bool, bool)]| s.iter().all(|(on, _)| *on);
+    // Binding 0 is the params uniform.
+    let mut binding = 0u32;
     for (ln, line) in tmpl.lines().enumerate() {
         let t = line.trim();
         if let Some(cond) = t.strip_prefix("//#if ") {
@@ -165,7 +184,12 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                 splice_dequant(buf, *ty, &mut out)?;
             }
         } else if active(&stack) {
-            out.push_str(line);
+            if line.contains("@binding(#)") {
+                binding += 1;
+                out.push_str(&line.replace("@binding(#)", &format!("@binding({binding})")));
+            } else {
+                out.push_str(line);
+            }
             out.push('\n');
         }
     }
@@ -175,9 +199,88 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
     Ok(out)
 }
 
-/// Input-row buckets of the GEMV kernel (`NB`): the smallest at least N is used.
-pub const GEMV_BUCKETS: &[u32] = &[1, 2, 4, 8, 16, 32, 64];
-pub const GEMV_WG: u32 = 64;
+/// Input-row buckets of the GEMV kernel (`NT`): the smallest at least N is used; wider
+/// inputs take the tiled kernel.
+pub const GEMV_BUCKETS: &[u32] = &[1, 2, 4, 8];
+/// Input-row tiles of the tiled kernel (`TN`): the smallest at least N, else the largest.
+pub const TILE_N: &[u32] = &[16, 32, 64];
+/// Workgroup sizes the GEMV picks from.
+pub const GEMV_WGS: &[u32] = &[256, 128, 64, 32];
+
+/// How a GEMV dispatch is shaped: input rows per pass, weight rows per workgroup, threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemvShape {
+    pub nt: u32,
+    pub r: u32,
+    pub wg: u32,
+}
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+/// The GEMV shape for `n` input rows (≤ the largest bucket) and `items` work items per row.
+/// Four weight rows per workgroup while the activations of a pass fit in registers with them
+/// (N ≤ 2), two beyond. Threads: the largest workgroup whose last round over the items is at
+/// least 7/8 busy, so K = 5120 (160 items of 32) takes 32 threads and K = 17408 takes 64.
+/// `DELTASPEC_WGPU_GEMV_WG` and `DELTASPEC_WGPU_GEMV_ROWS` override both (tuning runs).
+pub fn gemv_shape(n: usize, items: usize) -> GemvShape {
+    let nt = GEMV_BUCKETS
+        .iter()
+        .copied()
+        .find(|b| *b as usize >= n)
+        .unwrap_or(8);
+    let r = env_u32("DELTASPEC_WGPU_GEMV_ROWS")
+        .filter(|r| [2, 4, 8].contains(r))
+        .unwrap_or(if nt <= 2 { 4 } else { 2 });
+    let items = items.max(1);
+    let wg = env_u32("DELTASPEC_WGPU_GEMV_WG")
+        .filter(|w| GEMV_WGS.contains(w))
+        .unwrap_or_else(|| {
+            GEMV_WGS
+                .iter()
+                .copied()
+                .find(|&w| items.div_ceil(w as usize) * w as usize * 7 <= items * 8)
+                .unwrap_or(32)
+        });
+    GemvShape { nt, r, wg }
+}
+
+/// The GEMV kernel for weights of type `t`: `segs` weights (1..=4) into as many outputs, or a
+/// gate/up pair with SwiGLU folded in (`pair`, two weights, one output).
+pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: bool) -> ShaderKey {
+    let mut k = ShaderKey::new("matmul")
+        .c("WG", s.wg)
+        .c("R", s.r)
+        .c("NT", s.nt)
+        .flag_if(sg, "SG")
+        .flag_if(xv4, "XV4")
+        .flag_if(pair, "PAIR");
+    for (i, (flag, buf)) in [("", "W0"), ("SEG2", "W1"), ("SEG3", "W2"), ("SEG4", "W3")]
+        .into_iter()
+        .enumerate()
+        .take(segs.max(1))
+    {
+        if i > 0 {
+            k = k.flag(flag);
+        }
+        k = k.dq(buf, t);
+    }
+    k
+}
+
+/// The tiled kernel's input-row tile for `n` rows.
+pub fn tile_n(n: usize) -> u32 {
+    TILE_N
+        .iter()
+        .copied()
+        .find(|b| *b as usize >= n)
+        .unwrap_or(64)
+}
+
+pub fn tiled_key(t: DType, tn: u32) -> ShaderKey {
+    ShaderKey::new("matmul_tiled").c("TN", tn).dq("W", t)
+}
 
 /// A representative set of every template's variants (all flags, every weight type in every
 /// weight slot), for validation without a GPU.
@@ -189,16 +292,20 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                 if sg && !subgroups {
                     continue;
                 }
-                v.push(
-                    ShaderKey::new("matmul")
-                        .c("WG", GEMV_WG)
-                        .c("NB", nb)
-                        .flag_if(sg, "SG")
-                        .dq("W", t),
-                );
+                for xv4 in [false, true] {
+                    let shape = gemv_shape(nb as usize, 160);
+                    v.push(gemv_key(t, shape, sg, xv4, 1, false));
+                }
+                let shape = gemv_shape(nb as usize, 544);
+                for segs in 2..=4 {
+                    v.push(gemv_key(t, shape, sg, true, segs, false));
+                }
+                v.push(gemv_key(t, shape, sg, true, 2, true));
             }
         }
-        v.push(ShaderKey::new("matmul_tiled").dq("W", t));
+        for &tn in TILE_N {
+            v.push(tiled_key(t, tn));
+        }
         v.push(ShaderKey::new("embed").dq("W", t));
         for mode in ["RMS", "ADD", "GATED"] {
             v.push(ShaderKey::new("norm").flag(mode).dq("W", t));
@@ -215,6 +322,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         v.push(ShaderKey::new("elementwise").flag(op));
     }
     v.push(ShaderKey::new("copy"));
+    v.push(ShaderKey::new("copy").flag("BULK"));
     v.push(ShaderKey::new("rope"));
     for hd in [16, 64, 100, 256] {
         for fin in [false, true] {
@@ -306,6 +414,26 @@ mod tests {
                 path.display()
             );
         }
+    }
+
+    #[test]
+    fn item_sizes_are_read_from_the_sections() {
+        assert_eq!(item_elems(DType::Iq4Xs), 32);
+        assert_eq!(item_elems(DType::Q8_0), 32);
+        assert_eq!(item_elems(DType::Q6K), 32);
+        assert_eq!(item_elems(DType::F16), 4);
+        assert_eq!(item_elems(DType::Q4_0), 4);
+        let s = gemv_shape(1, 160);
+        assert_eq!((s.nt, s.r, s.wg), (1, 4, 32));
+        assert_eq!(
+            gemv_shape(3, 544),
+            GemvShape {
+                nt: 4,
+                r: 2,
+                wg: 64
+            }
+        );
+        assert_eq!(gemv_shape(8, 4096).wg, 256);
     }
 
     #[test]

@@ -1,0 +1,249 @@
+//! Dispatch fusion for decode-width steps, decided on the graph before buffer planning (the
+//! graph IR itself is unchanged).
+//!
+//! A group is several `MatMul` nodes that read the same activation with weights of one type
+//! and row length (the q/k/v projections, the DeltaNet qkv/z/β/α projections, ffn gate/up):
+//! the GEMV kernel runs them as segments of one dispatch. A gate/up pair whose only reader is a
+//! `SwiGlu` node also absorbs that node (the kernel writes `silu(gate) · up`; gate and up are
+//! never materialised).
+//!
+//! The group runs at its first member, so later members (and the folded `SwiGlu`) write their
+//! outputs early. [`extra_uses`] keeps every buffer that is live anywhere between the first
+//! member and the group's last node live through that last node, so the planner can never
+//! hand one of those early-written outputs a slot that is still in use.
+
+use crate::graph::{Graph, Op, TensorId, TensorKind};
+use crate::tensor::DType;
+
+/// What the device allows a fused dispatch.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Largest weight binding: fused weights must each fit one binding (no split parts).
+    pub max_binding: u64,
+    /// Storage buffers one dispatch may bind.
+    pub max_storage: u32,
+    /// Widest input (rows) the GEMV kernel takes in one pass.
+    pub max_rows: usize,
+    /// Most weights in one dispatch (segments of the kernel).
+    pub max_segments: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// `MatMul` node indices in graph order.
+    pub members: Vec<usize>,
+    /// The `SwiGlu` node folded in (then `members` is `[gate, up]`).
+    pub swiglu: Option<usize>,
+}
+
+impl Group {
+    /// The node whose position ends the group's early writes.
+    pub fn last(&self) -> usize {
+        self.swiglu
+            .unwrap_or(*self.members.last().expect("a group has members"))
+    }
+}
+
+/// Every group, and each node's part in one.
+#[derive(Default)]
+pub struct Fusion {
+    pub groups: Vec<Group>,
+    /// Per node: the group it belongs to and whether it is where the group runs.
+    pub role: Vec<Option<(usize, bool)>>,
+}
+
+/// A matmul the fused GEMV can take: `(x root, dtype, K)`.
+fn gemv_operand(g: &Graph, node: usize, lim: &Limits) -> Option<(TensorId, DType, usize)> {
+    let nd = &g.nodes[node];
+    if nd.op != Op::MatMul {
+        return None;
+    }
+    let x = g.tensor(nd.inputs[0]);
+    let w = g.tensor(g.storage_root(nd.inputs[1]));
+    let (n, k) = (x.shape[0], x.shape[1]);
+    let fits = w.kind == TensorKind::Weight
+        && super::shaders::WEIGHT_TYPES.contains(&w.dtype)
+        && n <= lim.max_rows
+        && k % 4 == 0
+        && (w.bytes() as u64) < lim.max_binding.saturating_sub(8);
+    fits.then(|| (g.storage_root(nd.inputs[0]), w.dtype, k))
+}
+
+/// Readers of each tensor id (direct inputs of nodes).
+fn readers(g: &Graph) -> Vec<Vec<usize>> {
+    let mut r = vec![Vec::new(); g.tensors.len()];
+    for (i, nd) in g.nodes.iter().enumerate() {
+        for id in &nd.inputs {
+            r[id.index()].push(i);
+        }
+    }
+    r
+}
+
+/// Finds the groups of `g`.
+pub fn find(g: &Graph, lim: &Limits) -> Fusion {
+    let mut f = Fusion {
+        groups: Vec::new(),
+        role: vec![None; g.nodes.len()],
+    };
+    let rd = readers(g);
+    let is_output = |id: TensorId| g.outputs.iter().any(|(_, o)| *o == id);
+    for i in 0..g.nodes.len() {
+        if f.role[i].is_some() {
+            continue;
+        }
+        let Some(key) = gemv_operand(g, i, lim) else {
+            continue;
+        };
+        let mut members = vec![i];
+        for j in i + 1..g.nodes.len() {
+            if members.len() >= lim.max_segments {
+                break;
+            }
+            if f.role[j].is_none() && gemv_operand(g, j, lim) == Some(key) {
+                members.push(j);
+            }
+        }
+        // x, then a weight and an output per segment.
+        while members.len() > 1 && 1 + 2 * members.len() as u32 > lim.max_storage {
+            members.pop();
+        }
+        let swiglu = if members.len() == 2 {
+            let (a, b) = (
+                g.nodes[members[0]].outputs[0],
+                g.nodes[members[1]].outputs[0],
+            );
+            let only = |t: TensorId| rd[t.index()].len() == 1 && !is_output(t);
+            rd[a.index()].first().copied().filter(|&s| {
+                let nd = &g.nodes[s];
+                nd.op == Op::SwiGlu
+                    && nd.inputs == [a, b]
+                    && only(a)
+                    && only(b)
+                    && 3 <= lim.max_storage
+            })
+        } else {
+            None
+        };
+        if members.len() < 2 {
+            continue;
+        }
+        let gi = f.groups.len();
+        for (k, &m) in members.iter().enumerate() {
+            f.role[m] = Some((gi, k == 0));
+        }
+        if let Some(s) = swiglu {
+            f.role[s] = Some((gi, false));
+        }
+        f.groups.push(Group { members, swiglu });
+    }
+    f
+}
+
+/// The extra reads that make running each group at its first member safe: every node output
+/// live at any point in `[first, last)` stays live through `last`.
+pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
+    if f.groups.is_empty() {
+        return Vec::new();
+    }
+    let n = g.tensors.len();
+    let mut last_use = vec![0usize; n];
+    for (i, nd) in g.nodes.iter().enumerate() {
+        for id in &nd.inputs {
+            let r = g.storage_root(*id).index();
+            last_use[r] = last_use[r].max(i);
+        }
+    }
+    for (_, id) in &g.outputs {
+        last_use[g.storage_root(*id).index()] = usize::MAX;
+    }
+    // (root tensor, producing node) of every slot-holding tensor.
+    let owned: Vec<(TensorId, usize)> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, nd)| !matches!(nd.op, Op::Reshape { .. }))
+        .flat_map(|(i, nd)| nd.outputs.iter().map(move |o| (*o, i)))
+        .collect();
+    let mut extra = Vec::new();
+    for grp in &f.groups {
+        let (first, last) = (grp.members[0], grp.last());
+        for &(t, p) in &owned {
+            if p < last && last_use[t.index()] >= first && last_use[t.index()] < last {
+                extra.push((t, last));
+            }
+        }
+    }
+    extra
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{GraphBuilder, Plan};
+
+    const LIM: Limits = Limits {
+        max_binding: 1 << 30,
+        max_storage: 32,
+        max_rows: 8,
+        max_segments: 4,
+    };
+
+    /// x → (a, b) → swiglu → matmul c; plus q/k/v style projections with views in between.
+    #[test]
+    fn groups_and_safe_plans() {
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[1, 64]).unwrap();
+        let wa = b.weight("a", DType::Q8_0, &[96, 64]).unwrap();
+        let wb = b.weight("b", DType::Q8_0, &[96, 64]).unwrap();
+        let wc = b.weight("c", DType::Q8_0, &[64, 96]).unwrap();
+        let ga = b.matmul(x, wa).unwrap();
+        let up = b.matmul(x, wb).unwrap();
+        let s = b.swiglu(ga, up).unwrap();
+        let y = b.matmul(s, wc).unwrap();
+        let wa = b.weight("a2", DType::Q8_0, &[96, 64]).unwrap();
+        let wb = b.weight("b2", DType::Q8_0, &[96, 64]).unwrap();
+        let wd = b.weight("d2", DType::F16, &[32, 64]).unwrap();
+        // Three projections of y, one of another type, views and a copy in between.
+        let q = b.matmul(y, wa).unwrap();
+        let qr = b.reshape(q, &[1, 2, 48]).unwrap();
+        let q0 = b.slice_last(qr, 0, 24).unwrap();
+        let k = b.matmul(y, wb).unwrap();
+        let d = b.matmul(y, wd).unwrap();
+        let sum = b.add(k, q).unwrap();
+        b.output("q0", q0).unwrap();
+        b.output("sum", sum).unwrap();
+        b.output("d", d).unwrap();
+        let g = b.build();
+        let f = find(&g, &LIM);
+        let idx = |t: TensorId| match g.tensor(t).kind {
+            TensorKind::Node { node, .. } => node,
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            f.groups[0],
+            Group {
+                members: vec![idx(ga), idx(up)],
+                swiglu: Some(idx(s)),
+            }
+        );
+        // q and k share x = y and Q8_0; d is F16 and stays alone.
+        assert_eq!(f.groups[1].members, vec![idx(q), idx(k)]);
+        assert_eq!(f.groups[1].swiglu, None);
+        assert!(f.role[idx(d)].is_none());
+        // The plan with the extra uses never gives an early-written output a slot that holds
+        // a value live between the group's first and last node.
+        let plan = Plan::with_uses(&g, &extra_uses(&g, &f));
+        let slot = |t: TensorId| plan.slot_of[g.storage_root(t).index()];
+        for (early, from) in [(s, ga), (k, q)] {
+            let (first, last) = (idx(from), idx(early));
+            for nd in &g.nodes[first..last] {
+                for t in nd.inputs.iter().chain(&nd.outputs) {
+                    if g.storage_root(*t) != g.storage_root(early) && slot(*t).is_some() {
+                        assert_ne!(slot(*t), slot(early), "{}", g.tensor(*t).name);
+                    }
+                }
+            }
+        }
+    }
+}
