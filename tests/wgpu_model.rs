@@ -5,11 +5,11 @@
 mod common;
 
 use common::{fixtures, rel_err};
-use deltaspec::backend::wgpu::WgpuBackend;
+use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
 use deltaspec::backend::{self, Backend};
 use deltaspec::graph::Op;
 use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-use deltaspec::model::{Qwen35, Session, synth};
+use deltaspec::model::{LayerKind, Qwen35, Session, synth};
 use std::path::Path;
 
 fn wgpu() -> Option<Box<dyn Backend>> {
@@ -118,14 +118,6 @@ fn hf_fixture_model() {
 
 #[test]
 fn decode_step_dispatch_count() {
-    let gpu = match WgpuBackend::new() {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("skipped: no wgpu adapter ({e})");
-            return;
-        }
-    };
-    let mut gpu = gpu;
     let m = synth_model(synth::Recipe::Q8_0, 4);
     let opts = GraphOptions {
         logits: LogitRows::Last,
@@ -133,20 +125,42 @@ fn decode_step_dispatch_count() {
         capture: Vec::new(),
     };
     let g = m.step_graph(1, 64, &opts).unwrap();
-    let exe = gpu.compile(&g).unwrap();
+    let count = |no_fusion: bool| -> Option<usize> {
+        let mut gpu = match WgpuBackend::with_options(WgpuOptions {
+            no_fusion,
+            ..Default::default()
+        }) {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("skipped: no wgpu adapter ({e})");
+                return None;
+            }
+        };
+        let exe = gpu.compile(&g).unwrap();
+        gpu.dispatch_count(exe)
+    };
+    let (Some(fused), Some(plain)) = (count(false), count(true)) else {
+        return;
+    };
     let nodes = g.nodes.len();
     let views = g
         .nodes
         .iter()
         .filter(|n| matches!(n.op, Op::Reshape { .. }))
         .count();
-    let dispatches = gpu.dispatch_count(exe).unwrap();
     eprintln!(
-        "tiny decode step ({} layers): {nodes} nodes ({views} reshapes) -> {dispatches} dispatches",
+        "tiny decode step ({} layers): {nodes} nodes ({views} reshapes) -> {plain} dispatches, {fused} fused",
         m.cfg.n_layers
     );
-    assert!(
-        dispatches <= 2 * nodes,
-        "{dispatches} dispatches for {nodes} nodes"
-    );
+    assert!(plain <= 2 * nodes, "{plain} dispatches for {nodes} nodes");
+    // Per DeltaNet layer qkv/z/β/α become one dispatch (−3) and gate/up/SwiGLU one (−2); per
+    // attention layer q/k/v one (−2) and gate/up/SwiGLU one (−2).
+    let gdn = m
+        .cfg
+        .layers
+        .iter()
+        .filter(|k| **k == LayerKind::DeltaNet)
+        .count();
+    let attn = m.cfg.n_layers - gdn;
+    assert_eq!(fused, plain - 5 * gdn - 4 * attn);
 }

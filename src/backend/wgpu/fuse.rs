@@ -64,7 +64,7 @@ fn gemv_operand(g: &Graph, node: usize, lim: &Limits) -> Option<(TensorId, DType
     let fits = w.kind == TensorKind::Weight
         && super::shaders::WEIGHT_TYPES.contains(&w.dtype)
         && n <= lim.max_rows
-        && k % 4 == 0
+        && k.is_multiple_of(4)
         && (w.bytes() as u64) < lim.max_binding.saturating_sub(8);
     fits.then(|| (g.storage_root(nd.inputs[0]), w.dtype, k))
 }

@@ -102,6 +102,8 @@ pub struct Caps {
     pub subgroups: bool,
     /// Storage buffers one dispatch may bind.
     pub max_storage: u32,
+    /// Whether to fuse (see [`fuse`]).
+    pub fusion: bool,
 }
 
 pub(super) struct Ctx<'g> {
@@ -594,7 +596,7 @@ pub fn plan(g: &Graph, caps: &Caps) -> (Fusion, Plan) {
         max_rows: *shaders::GEMV_BUCKETS.last().expect("buckets") as usize,
         max_segments: 4,
     };
-    let fusion = if std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_some() {
+    let fusion = if !caps.fusion {
         Fusion {
             groups: Vec::new(),
             role: vec![None; g.nodes.len()],

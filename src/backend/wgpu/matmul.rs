@@ -63,7 +63,14 @@ impl Ctx<'_> {
         } else {
             binds.extend(segs.iter().map(|s| s.y));
         }
-        let key = shaders::gemv_key(t, shape, self.subgroups, k % 4 == 0, segs.len(), pair);
+        let key = shaders::gemv_key(
+            t,
+            shape,
+            self.subgroups,
+            k.is_multiple_of(4),
+            segs.len(),
+            pair,
+        );
         self.step(key, p(&params), binds, groups);
         Ok(())
     }

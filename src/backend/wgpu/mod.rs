@@ -50,6 +50,10 @@ pub struct WgpuOptions {
     pub max_weight_binding: Option<u64>,
     /// Fills every intermediate buffer with NaN before each run, so unwritten values show.
     pub poison: bool,
+    /// Uses the workgroup-memory reductions even where the adapter has subgroups.
+    pub no_subgroups: bool,
+    /// One dispatch per node, no fused groups (also `DELTASPEC_WGPU_NO_FUSION=1`).
+    pub no_fusion: bool,
 }
 
 struct Pipe {
@@ -289,7 +293,10 @@ impl WgpuBackend {
             layout: Some(&pl),
             module: &sm,
             entry_point: Some(key.entry),
-            compilation_options: wgpu::PipelineCompilationOptions::default(),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                zero_initialize_workgroup_memory: !shaders::WRITES_BEFORE_READS.contains(&key.file),
+                ..Default::default()
+            },
             cache: None,
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
@@ -592,8 +599,10 @@ impl Backend for WgpuBackend {
         graph.validate()?;
         let caps = lower::Caps {
             max_binding: self.max_weight_binding,
-            subgroups: self.gpu.subgroups,
+            subgroups: self.gpu.subgroups && !self.opts.no_subgroups,
             max_storage: self.gpu.limits.max_storage_buffers_per_shader_stage,
+            fusion: !self.opts.no_fusion
+                && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

@@ -33,6 +33,11 @@ pub const FILES: &[(&str, &str)] = &[
     ("select", include_str!("../../../shaders/select.wgsl")),
 ];
 
+/// Templates whose kernels write every workgroup-memory word before reading it: their
+/// pipelines skip wgpu's zero-initialisation of workgroup memory (a store per word and
+/// workgroup; the GEMV's reduction buffer is up to 16 KiB).
+pub const WRITES_BEFORE_READS: &[&str] = &["matmul", "matmul_tiled", "norm", "select", "copy"];
+
 /// The decoder library spliced by `//#dequant`.
 pub const DEQUANT: &str = include_str!("../../../shaders/dequant.wgsl");
 
