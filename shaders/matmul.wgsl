@@ -7,7 +7,8 @@
 // the R decoded rows and streams the NT activation rows: either way every weight element is
 // decoded once and applied to every input row, and every activation load serves R rows.
 // Partial sums are reduced with subgroupAdd (SG) and across subgroups (or, without SG, all
-// threads) through workgroup memory.
+// threads) through workgroup memory. The loop body has no branches (input rows past N repeat
+// row N − 1 and are never written), so the compiler can issue every row's loads up front.
 //
 // Fusion (one dispatch over several weights that read the same x, all of one type):
 // - SEG2..SEG4: weights W0..W3 are segments; workgroups [first_s, first_{s+1}) compute rows
@@ -193,13 +194,11 @@ fn main(
                 var w: array<vec4<f32>, SUB4>;
                 let d = item(rseg[r], ro[r], s, &w);
                 for (var n = 0u; n < NT; n++) {
-                    if n < n_rows {
-                        var t = vec4<f32>(0.0);
-                        for (var i = 0u; i < SUB4; i++) {
-                            t += w[i] * x[n * SUB4 + i];
-                        }
-                        acc[r * NT + n] += d * ((t.x + t.y) + (t.z + t.w));
+                    var t = vec4<f32>(0.0);
+                    for (var i = 0u; i < SUB4; i++) {
+                        t += w[i] * x[n * SUB4 + i];
                     }
+                    acc[r * NT + n] += d * ((t.x + t.y) + (t.z + t.w));
                 }
             }
         } else {
@@ -211,18 +210,17 @@ fn main(
                 w[r] = wr;
             }
             for (var n = 0u; n < NT; n++) {
-                if n < n_rows {
-                    var x: array<vec4<f32>, SUB4>;
+                var x: array<vec4<f32>, SUB4>;
+                let xo = min(n, n_rows - 1u) * k + e;
+                for (var i = 0u; i < SUB4; i++) {
+                    x[i] = x4(xo + 4u * i);
+                }
+                for (var r = 0u; r < R; r++) {
+                    var t = vec4<f32>(0.0);
                     for (var i = 0u; i < SUB4; i++) {
-                        x[i] = x4(n * k + e + 4u * i);
+                        t += w[r][i] * x[i];
                     }
-                    for (var r = 0u; r < R; r++) {
-                        var t = vec4<f32>(0.0);
-                        for (var i = 0u; i < SUB4; i++) {
-                            t += w[r][i] * x[i];
-                        }
-                        acc[r * NT + n] += d[r] * ((t.x + t.y) + (t.z + t.w));
-                    }
+                    acc[r * NT + n] += d[r] * ((t.x + t.y) + (t.z + t.w));
                 }
             }
         }

@@ -648,7 +648,11 @@ impl Backend for WgpuBackend {
             params[off as usize..off as usize + PARAMS * 4]
                 .copy_from_slice(bytemuck::cast_slice(&s.params));
             dispatches.push(Dispatch {
-                label: s.key.file.to_string() + " " + &s.label,
+                label: if s.key.entry == "main" {
+                    s.label.clone()
+                } else {
+                    format!("{} ({})", s.label, s.key.entry)
+                },
                 pipe,
                 params_offset: off,
                 binds: s.binds.clone(),
