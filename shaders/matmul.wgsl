@@ -15,12 +15,16 @@
 //   of W_s into Y_s.
 // - PAIR: SwiGLU folded in: a workgroup's R rows are R/2 rows of W0 (gate) and the same R/2
 //   rows of W1 (up); it writes silu(gate) · up into Y0.
-// Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4.
+// - XGATE: x is read as x · sigmoid(G) (the attention output gate folded into o_proj).
+// Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE.
 // Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
 // rows, ldy, col_off.
 
 //#if XV4
 @group(0) @binding(#) var<storage, read> X: array<vec4<f32>>;
+//#if XGATE
+@group(0) @binding(#) var<storage, read> G: array<vec4<f32>>;
+//#endif
 //#else
 @group(0) @binding(#) var<storage, read> X: array<f32>;
 //#endif
@@ -90,7 +94,11 @@ fn item(seg: u32, ro: u32, s: u32, v: ptr<function, array<vec4<f32>, SUB4>>) -> 
 // Four activations of row-major x starting at element e (a multiple of 4).
 fn x4(e: u32) -> vec4<f32> {
 //#if XV4
+//#if XGATE
+    return X[e >> 2u] * (1.0 / (1.0 + exp(-G[e >> 2u])));
+//#else
     return X[e >> 2u];
+//#endif
 //#else
     return vec4<f32>(X[e], X[e + 1u], X[e + 2u], X[e + 3u]);
 //#endif

@@ -2,7 +2,8 @@
 //! work-item decoder at the decode and verify widths (N = 1, 2, 3, 8, 16, 17, 64; the tiled
 //! kernel from 16 on), several rounds of items per thread, rows that do not fill the last
 //! workgroup, both reduction paths (subgroups and workgroup memory), and the fused groups
-//! (projection segments, gate+up+SwiGLU) with the dispatch counts they must produce.
+//! (projection segments, gate+up+SwiGLU, the sigmoid gate folded into a matmul) with the
+//! dispatch counts they must produce.
 
 #[path = "common/gpu_case.rs"]
 mod gpu_case;
@@ -94,6 +95,13 @@ fn step_like(n: usize) -> Case {
     b.out("q0", q0);
     b.out("k", k);
     b.out("v", v);
+    // The attention output gate before o_proj: folded into the matmul's activation loads.
+    let gated = b.b.sigmoid_mul(k, v).unwrap();
+    let gated = b.b.reshape(gated, &[n, 1, 16]).unwrap();
+    let gated = b.b.reshape(gated, &[n, 16]).unwrap();
+    let wo = b.weight("o", DType::F16, &[24, 16], 0.5, 0.0);
+    let o = b.b.matmul(gated, wo).unwrap();
+    b.out("o", o);
     b.case()
 }
 
@@ -108,9 +116,9 @@ fn fused_projections_and_swiglu() {
         for n in [1usize, 3, 8, 16] {
             let c = step_like(n);
             check(&mut g, &c, 1e-4, &format!("fused step N={n} ({label})"));
-            // Fused (N ≤ 8): [qkv z β α], [gate up swiglu], down, [q k v], the q copy.
-            // Unfused: 4 + 2 + swiglu + down + 3 + copy.
-            let want = if n <= 8 { 5 } else { 12 };
+            // Fused (N ≤ 8): [qkv z β α], [gate up swiglu], down, [q k v], the q copy,
+            // [sigmoid_mul o]. Unfused: 4 + 2 + swiglu + down + 3 + copy + sigmoid_mul + o.
+            let want = if n <= 8 { 6 } else { 14 };
             assert_eq!(dispatches(&mut g, &c), want, "N={n} ({label})");
         }
     }
@@ -119,5 +127,5 @@ fn fused_projections_and_swiglu() {
     };
     let c = step_like(1);
     check(&mut plain, &c, 1e-4, "unfused step N=1");
-    assert_eq!(dispatches(&mut plain, &c), 12);
+    assert_eq!(dispatches(&mut plain, &c), 14);
 }

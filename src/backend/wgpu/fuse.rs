@@ -7,6 +7,9 @@
 //! `SwiGlu` node also absorbs that node (the kernel writes `silu(gate) · up`; gate and up are
 //! never materialised).
 //!
+//! A `SigmoidMul` read only by one GEMV-width `MatMul` (the attention output gate before o_proj)
+//! is folded into that matmul's activation loads (`x · sigmoid(g)` per element).
+//!
 //! The group runs at its first member, so later members (and the folded `SwiGlu`) write their
 //! outputs early. [`extra_uses`] keeps every buffer that is live anywhere between the first
 //! member and the group's last node live through that last node, so the planner can never
@@ -50,6 +53,22 @@ pub struct Fusion {
     pub groups: Vec<Group>,
     /// Per node: the group it belongs to and whether it is where the group runs.
     pub role: Vec<Option<(usize, bool)>>,
+    /// Per `MatMul` node: the `SigmoidMul` node folded into its activation loads.
+    pub gate_of: Vec<Option<usize>>,
+    /// Per node: folded into another node's dispatch, emits nothing itself.
+    pub folded: Vec<bool>,
+}
+
+impl Fusion {
+    /// No fusion at all.
+    pub fn none(nodes: usize) -> Fusion {
+        Fusion {
+            groups: Vec::new(),
+            role: vec![None; nodes],
+            gate_of: vec![None; nodes],
+            folded: vec![false; nodes],
+        }
+    }
 }
 
 /// A matmul the fused GEMV can take: `(x root, dtype, K)`.
@@ -82,10 +101,7 @@ fn readers(g: &Graph) -> Vec<Vec<usize>> {
 
 /// Finds the groups of `g`.
 pub fn find(g: &Graph, lim: &Limits) -> Fusion {
-    let mut f = Fusion {
-        groups: Vec::new(),
-        role: vec![None; g.nodes.len()],
-    };
+    let mut f = Fusion::none(g.nodes.len());
     let rd = readers(g);
     let is_output = |id: TensorId| g.outputs.iter().any(|(_, o)| *o == id);
     for i in 0..g.nodes.len() {
@@ -137,15 +153,37 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
         }
         f.groups.push(Group { members, swiglu });
     }
+    // x · sigmoid(g) → (reshape) → a lone matmul.
+    for j in 0..g.nodes.len() {
+        if f.role[j].is_some() || gemv_operand(g, j, lim).is_none() {
+            continue;
+        }
+        let mut src = g.nodes[j].inputs[0];
+        while let TensorKind::Node { node, .. } = g.tensor(src).kind {
+            let nd = &g.nodes[node];
+            if rd[src.index()].len() != 1 || is_output(src) {
+                break;
+            }
+            match nd.op {
+                Op::Reshape { .. } => src = nd.inputs[0],
+                Op::SigmoidMul => {
+                    // x, g, the weight and the output.
+                    if 4 <= lim.max_storage {
+                        f.gate_of[j] = Some(node);
+                        f.folded[node] = true;
+                    }
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
     f
 }
 
 /// The extra reads that make running each group at its first member safe: every node output
 /// live at any point in `[first, last)` stays live through `last`.
 pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
-    if f.groups.is_empty() {
-        return Vec::new();
-    }
     let n = g.tensors.len();
     let mut last_use = vec![0usize; n];
     for (i, nd) in g.nodes.iter().enumerate() {
@@ -166,6 +204,14 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
         .flat_map(|(i, nd)| nd.outputs.iter().map(move |o| (*o, i)))
         .collect();
     let mut extra = Vec::new();
+    // A folded gate's operands are read by the matmul instead.
+    for (j, s) in f.gate_of.iter().enumerate() {
+        if let Some(s) = s {
+            for id in &g.nodes[*s].inputs {
+                extra.push((*id, j));
+            }
+        }
+    }
     for grp in &f.groups {
         let (first, last) = (grp.members[0], grp.last());
         for &(t, p) in &owned {

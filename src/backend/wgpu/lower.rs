@@ -283,6 +283,9 @@ impl Ctx<'_> {
             }
             return Ok(());
         }
+        if self.fusion.folded[idx] {
+            return Ok(());
+        }
         self.label = crate::backend::profile_key(g, node);
         let ins = &node.inputs;
         let outs = &node.outputs;
@@ -597,10 +600,7 @@ pub fn plan(g: &Graph, caps: &Caps) -> (Fusion, Plan) {
         max_segments: 4,
     };
     let fusion = if !caps.fusion {
-        Fusion {
-            groups: Vec::new(),
-            role: vec![None; g.nodes.len()],
-        }
+        Fusion::none(g.nodes.len())
     } else {
         fuse::find(g, &lim)
     };

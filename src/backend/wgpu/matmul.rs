@@ -23,6 +23,7 @@ fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
 impl Ctx<'_> {
     /// One GEMV dispatch over `segs` (all of type `t`, rows of `rb` bytes, K = `k`) for `n`
     /// input rows; `pair`: segs are gate and up and the output is silu(gate) · up.
+    /// `gate`: x is read as `x · sigmoid(gate)` (a folded `SigmoidMul`).
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -32,6 +33,7 @@ impl Ctx<'_> {
         k: usize,
         rb: usize,
         x: Res,
+        gate: Option<Res>,
         segs: &[Seg],
         pair: bool,
     ) -> Result<(), BackendError> {
@@ -57,6 +59,7 @@ impl Ctx<'_> {
         let (groups, gx) = super::lower::grid(first);
         params[3] = gx;
         let mut binds = vec![x];
+        binds.extend(gate);
         binds.extend(segs.iter().map(|s| s.w));
         if pair {
             binds.push(segs[0].y);
@@ -71,6 +74,7 @@ impl Ctx<'_> {
             segs.len(),
             pair,
         );
+        let key = key.flag_if(gate.is_some(), "XGATE");
         self.step(key, p(&params), binds, groups);
         Ok(())
     }
@@ -84,7 +88,14 @@ impl Ctx<'_> {
         let (n, k) = (xs[0], xs[1]);
         let m = g.tensor(nd.inputs[1]).shape[0];
         let w = self.woperand(op, nd.inputs[1])?;
-        let x = self.res(nd.inputs[0]);
+        // A folded gate: read the SigmoidMul's operands instead of its (unwritten) product.
+        let (x, gate) = match self.fusion.gate_of[node] {
+            Some(s) => {
+                let si = g.nodes[s].inputs.clone();
+                (self.res(si[0]), Some(self.res(si[1])))
+            }
+            None => (self.res(nd.inputs[0]), None),
+        };
         let y = self.res(nd.outputs[0]);
         let gemv = n <= *GEMV_BUCKETS.last().expect("buckets") as usize;
         for (r, first, rows) in w.parts {
@@ -96,7 +107,7 @@ impl Ctx<'_> {
                     col_off: first,
                     y,
                 };
-                self.gemv(op, w.dtype, n, k, w.row_bytes, x, &[seg], false)?;
+                self.gemv(op, w.dtype, n, k, w.row_bytes, x, gate, &[seg], false)?;
             } else {
                 let tn = shaders::tile_n(n);
                 let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn as usize))?);
@@ -153,6 +164,6 @@ impl Ctx<'_> {
                 y,
             });
         }
-        self.gemv(op, dtype, n, k, rb, x, &segs, grp.swiglu.is_some())
+        self.gemv(op, dtype, n, k, rb, x, None, &segs, grp.swiglu.is_some())
     }
 }

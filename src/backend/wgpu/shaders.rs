@@ -306,6 +306,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                     v.push(gemv_key(t, shape, sg, true, segs, false));
                 }
                 v.push(gemv_key(t, shape, sg, true, 2, true));
+                v.push(gemv_key(t, shape, sg, true, 1, false).flag("XGATE"));
             }
         }
         for &tn in TILE_N {
