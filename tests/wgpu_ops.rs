@@ -165,7 +165,20 @@ fn elementwise_slices_and_views() {
 #[test]
 fn norms() {
     let Some(mut g) = gpu() else { return };
-    for t in [DType::F32, DType::F16, DType::BF16] {
+    // Subgroup and workgroup-memory reductions.
+    let Some(mut plain) = gpu_with(WgpuOptions {
+        no_subgroups: true,
+        ..Default::default()
+    }) else {
+        return;
+    };
+    for (t, no_sg) in [
+        (DType::F32, false),
+        (DType::F16, true),
+        (DType::BF16, false),
+        (DType::F32, true),
+    ] {
+        let g = if no_sg { &mut plain } else { &mut g };
         let mut b = B::new(5);
         let x = b.input("x", &[5, 3, 67], 3.0);
         let r = b.input("r", &[5, 3, 67], 3.0);
@@ -186,7 +199,12 @@ fn norms() {
         let ww = b.weight("ww", t, &[5000], 0.2, 1.0);
         let wy = b.b.rms_norm(wide, ww, 1e-6).unwrap();
         b.out("wide", wy);
-        check(&mut g, &b.case(), 1e-5, &format!("norms {t}"));
+        check(
+            g,
+            &b.case(),
+            1e-5,
+            &format!("norms {t} (no subgroups: {no_sg})"),
+        );
     }
     // More rows than one grid dimension holds.
     let mut b = B::new(6);

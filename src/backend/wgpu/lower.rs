@@ -353,35 +353,25 @@ impl Ctx<'_> {
                 let (groups, gx) = grid(rows);
                 let params = p(&[u(rows)?, u(d)?, eps.to_bits(), scale.to_bits(), gx]);
                 let x = self.res(ins[0]);
+                let sg = self.subgroups;
+                let norm = |mode: &'static str| shaders::norm_key(mode, d, sg);
                 let (key, binds) = match op {
                     Op::RmsNorm { .. } => {
                         let (w, wt) = self.whole(op, ins[1])?;
-                        (
-                            ShaderKey::new("norm").flag("RMS").dq("W", wt),
-                            vec![x, w, self.res(outs[0])],
-                        )
+                        (norm("RMS").dq("W", wt), vec![x, w, self.res(outs[0])])
                     }
                     Op::AddRmsNorm { .. } => {
                         let r = self.res(ins[1]);
                         let (w, wt) = self.whole(op, ins[2])?;
                         let (s, y) = (self.res(outs[0]), self.res(outs[1]));
-                        (
-                            ShaderKey::new("norm").flag("ADD").dq("W", wt),
-                            vec![x, r, w, s, y],
-                        )
+                        (norm("ADD").dq("W", wt), vec![x, r, w, s, y])
                     }
                     Op::GatedRmsNorm { .. } => {
                         let z = self.res(ins[1]);
                         let (w, wt) = self.whole(op, ins[2])?;
-                        (
-                            ShaderKey::new("norm").flag("GATED").dq("W", wt),
-                            vec![x, z, w, self.res(outs[0])],
-                        )
+                        (norm("GATED").dq("W", wt), vec![x, z, w, self.res(outs[0])])
                     }
-                    _ => (
-                        ShaderKey::new("norm").flag("L2"),
-                        vec![x, self.res(outs[0])],
-                    ),
+                    _ => (norm("L2"), vec![x, self.res(outs[0])]),
                 };
                 self.step(key, params, binds, groups);
             }

@@ -274,6 +274,19 @@ pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: 
     k
 }
 
+/// A norm kernel (`mode`: RMS, ADD, GATED or L2) for rows of `d` values: vec4 when `d` allows,
+/// a workgroup no wider than a row's vectors need (32..256).
+pub fn norm_key(mode: &'static str, d: usize, subgroups: bool) -> ShaderKey {
+    let v4 = d.is_multiple_of(4);
+    let vecs = if v4 { d / 4 } else { d };
+    let wg = vecs.next_power_of_two().clamp(32, 256) as u32;
+    ShaderKey::new("norm")
+        .c("WG", wg)
+        .flag(mode)
+        .flag_if(v4, "V4")
+        .flag_if(subgroups, "SG")
+}
+
 /// The tiled kernel's input-row tile for `n` rows.
 pub fn tile_n(n: usize) -> u32 {
     TILE_N
@@ -314,13 +327,17 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         }
         v.push(ShaderKey::new("embed").dq("W", t));
         for mode in ["RMS", "ADD", "GATED"] {
-            v.push(ShaderKey::new("norm").flag(mode).dq("W", t));
+            for (d, sg) in [(5120, true), (67, false), (128, subgroups)] {
+                v.push(norm_key(mode, d, sg).dq("W", t));
+            }
         }
         v.push(ShaderKey::new("conv").dq("W", t));
         v.push(gdn_key(64, 64, t, DType::F32));
         v.push(gdn_key(64, 64, DType::F32, t));
     }
-    v.push(ShaderKey::new("norm").flag("L2"));
+    for (d, sg) in [(5120, true), (67, false)] {
+        v.push(norm_key("L2", d, sg));
+    }
     for dk in [16, 128, 256] {
         v.push(gdn_key(dk, 32, DType::F32, DType::F32));
     }
