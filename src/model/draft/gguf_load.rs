@@ -1,18 +1,18 @@
 //! Binds a `qwen35-dflash-draft` GGUF file: config from `{arch}.*` keys, weights zero-copy.
 
 use super::config::{DFlashConfig, DSparkConfig, YarnScaling};
-use super::{ARCH, DFlash, names};
+use super::{ARCH, DFlash, llamacpp, names};
 use crate::backend::{HostTensor, WeightStore};
 use crate::gguf::GgufFile;
 use crate::model::ModelError;
 use std::path::Path;
 
-fn cfg_err(msg: String) -> ModelError {
+pub(super) fn cfg_err(msg: String) -> ModelError {
     ModelError::Config(format!("dflash drafter: {msg}"))
 }
 
 /// The sliding-window layers: `{A}.attention.sliding_window_pattern` (bool per layer), if any.
-fn sliding(
+pub(super) fn sliding(
     f: &GgufFile,
     a: &str,
     n_layers: usize,
@@ -39,7 +39,7 @@ fn sliding(
 
 /// YaRN keys (`{A}.rope.scaling.*`); both beta spellings are accepted (Lucebox `beta_fast`,
 /// llama.cpp `yarn_beta_fast`), `attn_factor` and `truncate` are optional.
-fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
+pub(super) fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
     let k = |s: &str| format!("{a}.rope.scaling.{s}");
     let Some(ty) = f.get(&k("type")) else {
         return Ok(None);
@@ -93,9 +93,13 @@ fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
 
 pub(super) fn config_from_gguf(f: &GgufFile) -> Result<DFlashConfig, ModelError> {
     let a = f.architecture()?;
+    if a == llamacpp::ARCH {
+        return llamacpp::config(f);
+    }
     if a != ARCH {
         return Err(cfg_err(format!(
-            "architecture '{a}' is not a DFlash drafter (expected {ARCH})"
+            "architecture '{a}' is not a DFlash drafter (expected {ARCH} or llama.cpp's {})",
+            llamacpp::ARCH
         )));
     }
     let k = |s: &str| format!("{a}.{s}");
@@ -222,16 +226,36 @@ pub(super) fn load(path: &Path) -> Result<DFlash, ModelError> {
     let f = GgufFile::open(path)?;
     let cfg = config_from_gguf(&f)?;
     cfg.validate()?;
+    let llama = f.architecture()? == llamacpp::ARCH;
     let mut weights = WeightStore::default();
+    let mut unknown = Vec::new();
     for t in &f.tensors {
+        let name = if llama {
+            match llamacpp::tensor_name(&t.name) {
+                Some(n) => n,
+                None => {
+                    unknown.push(t.name.as_str());
+                    continue;
+                }
+            }
+        } else {
+            t.name.clone()
+        };
         weights.insert(
-            t.name.clone(),
+            name,
             HostTensor {
                 dtype: t.dtype,
                 shape: t.shape(),
                 data: f.tensor_data(t),
             },
         );
+    }
+    if !unknown.is_empty() {
+        return Err(cfg_err(format!(
+            "llama.cpp dflash file holds tensors this loader does not map ({}); only plain \
+             DFlash drafters are read in that layout",
+            unknown.join(", ")
+        )));
     }
     check_weights(&cfg, &weights)?;
     Ok(DFlash { cfg, weights })

@@ -10,6 +10,7 @@ pub mod config;
 pub mod convert;
 mod gguf_load;
 mod graph;
+pub mod llamacpp;
 mod session;
 
 pub use config::{DFlashConfig, DSparkConfig, YarnScaling};
@@ -30,7 +31,8 @@ pub struct DFlash {
 }
 
 impl DFlash {
-    /// Loads a `qwen35-dflash-draft` GGUF file.
+    /// Loads a drafter GGUF file: Lucebox's `qwen35-dflash-draft` or llama.cpp's `dflash`
+    /// ([`llamacpp`]).
     pub fn load(path: &Path) -> Result<DFlash, ModelError> {
         if !path.exists() {
             return Err(ModelError::NotFound {
