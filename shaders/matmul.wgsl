@@ -16,7 +16,10 @@
 // - PAIR: SwiGLU folded in: a workgroup's R rows are R/2 rows of W0 (gate) and the same R/2
 //   rows of W1 (up); it writes silu(gate) · up into Y0.
 // - XGATE: x is read as x · sigmoid(G) (the attention output gate folded into o_proj).
-// Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE.
+// - SPLIT: segment 0's rows are periods of P = pu(20) rows whose first H = pu(21) go to Y0 and
+//   the rest to YS, each as rows of H (attn_q's per-head [query | gate] halves).
+// Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
+// SPLIT.
 // Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
 // rows, ldy, col_off.
 
@@ -49,6 +52,9 @@
 //#if SEG4
 @group(0) @binding(#) var<storage, read_write> Y3: array<f32>;
 //#endif
+//#endif
+//#if SPLIT
+@group(0) @binding(#) var<storage, read_write> YS: array<f32>;
 //#endif
 
 //#dequant W0
@@ -104,7 +110,24 @@ fn x4(e: u32) -> vec4<f32> {
 //#endif
 }
 
-fn store(seg: u32, i: u32, v: f32) {
+// Output (n, m) of segment seg (m: row of the segment's weight).
+fn store(seg: u32, n: u32, m: u32, v: f32) {
+    let sp = 4u + 4u * seg;
+    let i = n * pu(sp + 2u) + pu(sp + 3u) + m;
+//#if SPLIT
+    if seg == 0u {
+        let per = pu(20u);
+        let h = pu(21u);
+        let c = n * pu(6u) + (m / per) * h;
+        let j = m % per;
+        if j < h {
+            Y0[c + j] = v;
+        } else {
+            YS[c + j - h] = v;
+        }
+        return;
+    }
+//#endif
 //#if !PAIR
 //#if SEG4
     if seg == 3u {
@@ -268,8 +291,6 @@ fn main(
     }
     let parts = 1u;
 //#endif
-    let ldy = pu(sp + 2u);
-    let col = pu(sp + 3u);
     for (var v = tid; v < RW * NT; v += WG) {
         let r = v / NT;
         let n = v % NT;
@@ -285,7 +306,7 @@ fn main(
             }
             sum = (sum / (1.0 + exp(-sum))) * up;
 //#endif
-            store(seg, n * ldy + col + m0 + r, sum);
+            store(seg, n, m0 + r, sum);
         }
     }
 }

@@ -37,13 +37,17 @@ pub struct Group {
     pub members: Vec<usize>,
     /// The `SwiGlu` node folded in (then `members` is `[gate, up]`).
     pub swiglu: Option<usize>,
+    /// `SliceLast` nodes `(first half, second half)` of the first member's output (through a
+    /// view with a last dimension of two halves) that the kernel writes directly.
+    pub split: Option<(usize, usize)>,
 }
 
 impl Group {
     /// The node whose position ends the group's early writes.
     pub fn last(&self) -> usize {
-        self.swiglu
-            .unwrap_or(*self.members.last().expect("a group has members"))
+        let m = *self.members.last().expect("a group has members");
+        let s = self.split.map_or(0, |(a, b)| a.max(b));
+        m.max(s).max(self.swiglu.unwrap_or(0))
     }
 }
 
@@ -99,6 +103,38 @@ fn readers(g: &Graph) -> Vec<Vec<usize>> {
     r
 }
 
+/// `(first half, second half)` slice nodes when `t` is read only through one view whose last
+/// dimension the two `SliceLast` nodes split into halves.
+fn halves(
+    g: &Graph,
+    rd: &[Vec<usize>],
+    is_output: &dyn Fn(TensorId) -> bool,
+    t: TensorId,
+) -> Option<(usize, usize)> {
+    let only = |t: TensorId| -> Option<usize> {
+        (rd[t.index()].len() == 1 && !is_output(t)).then(|| rd[t.index()][0])
+    };
+    let r = only(t)?;
+    if !matches!(g.nodes[r].op, Op::Reshape { .. }) {
+        return None;
+    }
+    let view = g.nodes[r].outputs[0];
+    let w = g.tensor(view).last_dim();
+    let rs = &rd[view.index()];
+    if is_output(view) || rs.len() != 2 || w % 2 != 0 {
+        return None;
+    }
+    let part = |i: usize| match g.nodes[i].op {
+        Op::SliceLast { offset, len } if len == w / 2 => Some(offset),
+        _ => None,
+    };
+    match (part(rs[0])?, part(rs[1])?) {
+        (0, o) if o == w / 2 => Some((rs[0], rs[1])),
+        (o, 0) if o == w / 2 => Some((rs[1], rs[0])),
+        _ => None,
+    }
+}
+
 /// Finds the groups of `g`.
 pub fn find(g: &Graph, lim: &Limits) -> Fusion {
     let mut f = Fusion::none(g.nodes.len());
@@ -144,6 +180,12 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
         if members.len() < 2 {
             continue;
         }
+        // Query/gate halves of the first member (x, weights, outputs and YS).
+        let split = if swiglu.is_none() && 2 + 2 * members.len() as u32 <= lim.max_storage {
+            halves(g, &rd, &is_output, g.nodes[members[0]].outputs[0])
+        } else {
+            None
+        };
         let gi = f.groups.len();
         for (k, &m) in members.iter().enumerate() {
             f.role[m] = Some((gi, k == 0));
@@ -151,7 +193,15 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
         if let Some(s) = swiglu {
             f.role[s] = Some((gi, false));
         }
-        f.groups.push(Group { members, swiglu });
+        if let Some((a, b)) = split {
+            f.folded[a] = true;
+            f.folded[b] = true;
+        }
+        f.groups.push(Group {
+            members,
+            swiglu,
+            split,
+        });
     }
     // x · sigmoid(g) → (reshape) → a lone matmul.
     for j in 0..g.nodes.len() {
@@ -271,6 +321,7 @@ mod tests {
             Group {
                 members: vec![idx(ga), idx(up)],
                 swiglu: Some(idx(s)),
+                split: None,
             }
         );
         // q and k share x = y and Q8_0; d is F16 and stays alone.

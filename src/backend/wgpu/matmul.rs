@@ -23,7 +23,8 @@ fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
 impl Ctx<'_> {
     /// One GEMV dispatch over `segs` (all of type `t`, rows of `rb` bytes, K = `k`) for `n`
     /// input rows; `pair`: segs are gate and up and the output is silu(gate) · up.
-    /// `gate`: x is read as `x · sigmoid(gate)` (a folded `SigmoidMul`).
+    /// `gate`: x is read as `x · sigmoid(gate)` (a folded `SigmoidMul`); `split`: segment 0's
+    /// second halves go to this output, `(period, half)` (see matmul.wgsl).
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -36,6 +37,7 @@ impl Ctx<'_> {
         gate: Option<Res>,
         segs: &[Seg],
         pair: bool,
+        split: Option<(Res, usize, usize)>,
     ) -> Result<(), BackendError> {
         let items = k / shaders::item_elems(t);
         let shape = shaders::gemv_shape(n, items);
@@ -56,6 +58,10 @@ impl Ctx<'_> {
         if pair {
             first = segs[0].rows.div_ceil(rw);
         }
+        if let Some((_, per, half)) = split {
+            params.resize(20, 0);
+            params.extend([u(op, per)?, u(op, half)?]);
+        }
         let (groups, gx) = super::lower::grid(first);
         params[3] = gx;
         let mut binds = vec![x];
@@ -66,6 +72,7 @@ impl Ctx<'_> {
         } else {
             binds.extend(segs.iter().map(|s| s.y));
         }
+        binds.extend(split.map(|s| s.0));
         let key = shaders::gemv_key(
             t,
             shape,
@@ -74,7 +81,9 @@ impl Ctx<'_> {
             segs.len(),
             pair,
         );
-        let key = key.flag_if(gate.is_some(), "XGATE");
+        let key = key
+            .flag_if(gate.is_some(), "XGATE")
+            .flag_if(split.is_some(), "SPLIT");
         self.step(key, p(&params), binds, groups);
         Ok(())
     }
@@ -107,7 +116,7 @@ impl Ctx<'_> {
                     col_off: first,
                     y,
                 };
-                self.gemv(op, w.dtype, n, k, w.row_bytes, x, gate, &[seg], false)?;
+                self.gemv(op, w.dtype, n, k, w.row_bytes, x, gate, &[seg], false, None)?;
             } else {
                 let tn = shaders::tile_n(n);
                 let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn as usize))?);
@@ -164,6 +173,27 @@ impl Ctx<'_> {
                 y,
             });
         }
-        self.gemv(op, dtype, n, k, rb, x, None, &segs, grp.swiglu.is_some())
+        // Query/gate halves: segment 0 writes the two slices' outputs directly.
+        let mut split = None;
+        if let Some((a, b)) = grp.split {
+            let view = g.nodes[a].inputs[0];
+            let per = g.tensor(view).last_dim();
+            let out_a = g.nodes[a].outputs[0];
+            segs[0].y = self.res(out_a);
+            segs[0].ldy = g.tensor(out_a).numel() / n;
+            split = Some((self.res(g.nodes[b].outputs[0]), per, per / 2));
+        }
+        self.gemv(
+            op,
+            dtype,
+            n,
+            k,
+            rb,
+            x,
+            None,
+            &segs,
+            grp.swiglu.is_some(),
+            split,
+        )
     }
 }

@@ -320,6 +320,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                 }
                 v.push(gemv_key(t, shape, sg, true, 2, true));
                 v.push(gemv_key(t, shape, sg, true, 1, false).flag("XGATE"));
+                v.push(gemv_key(t, shape, sg, true, 3, false).flag("SPLIT"));
             }
         }
         for &tn in TILE_N {
