@@ -121,7 +121,7 @@ fn halves(
     let view = g.nodes[r].outputs[0];
     let w = g.tensor(view).last_dim();
     let rs = &rd[view.index()];
-    if is_output(view) || rs.len() != 2 || w % 2 != 0 {
+    if is_output(view) || rs.len() != 2 || !w.is_multiple_of(2) {
         return None;
     }
     let part = |i: usize| match g.nodes[i].op {
