@@ -73,6 +73,20 @@ fn $F_win8(p: u32) -> array<u32, 8> {
     return out;
 }
 
+// The Q4_K/Q5_K block at byte b: (d · scale, dmin · min) of sub-block j, the 6-bit pairs
+// unpacked from the 12 scale bytes at b + 4 as ggml's get_scale_min_k4 does.
+fn $F_kdm(b: u32, j: u32) -> vec2<f32> {
+    let s = b + 4u;
+    var sm: vec2<u32>;
+    if j < 4u {
+        sm = vec2<u32>($F_u8(s + j) & 63u, $F_u8(s + j + 4u) & 63u);
+    } else {
+        let x = $F_u8(s + j + 4u);
+        sm = vec2<u32>((x & 0xfu) | (($F_u8(s + j - 4u) >> 6u) << 4u), (x >> 4u) | (($F_u8(s + j) >> 6u) << 4u));
+    }
+    return vec2<f32>($F_f16(b), $F_f16(b + 2u)) * vec2<f32>(sm);
+}
+
 //! item4
 const $F_SUB: u32 = 4u;
 const $F_SUB4: u32 = 1u;
@@ -223,25 +237,15 @@ fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
 }
 
 //! Q4_K
-// ggml's get_scale_min_k4 for sub-block j of the 12 scale bytes at byte s.
-fn $F_scale_min(s: u32, j: u32) -> vec2<f32> {
-    if j < 4u {
-        return vec2<f32>(f32($F_u8(s + j) & 63u), f32($F_u8(s + j + 4u) & 63u));
-    }
-    let x = $F_u8(s + j + 4u);
-    return vec2<f32>(f32((x & 0xfu) | (($F_u8(s + j - 4u) >> 6u) << 4u)), f32((x >> 4u) | (($F_u8(s + j) >> 6u) << 4u)));
-}
 fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let b = ro + (e >> 8u) * 144u;
     let i = e & 255u;
     let k = i >> 6u;
     let l = i & 63u;
     let sub = 2u * k + select(0u, 1u, l >= 32u);
-    let sm = $F_scale_min(b + 4u, sub);
-    let d = $F_f16(b) * sm.x;
-    let dm = $F_f16(b + 2u) * sm.y;
+    let dm = $F_kdm(b, sub);
     let q = $F_nib($F_u32(b + 16u + 32u * k + (l & 31u)), select(0u, 4u, l >= 32u));
-    return d * q - dm;
+    return dm.x * q - dm.y;
 }
 const $F_SUB: u32 = 32u;
 const $F_SUB4: u32 = 8u;
@@ -250,39 +254,27 @@ fn $F_init(tid: u32) {}
 fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let b = ro + (s >> 3u) * 144u;
     let j = s & 7u;
-    let h = $W[b >> 2u];
-    let sm = $F_scale_min(b + 4u, j);
-    let d = $F_h2f(h & 0xffffu) * sm.x;
-    let dm = $F_h2f(h >> 16u) * sm.y;
+    let dm = $F_kdm(b, j);
     let q0 = (b >> 2u) + 4u + 8u * (j >> 1u);
     let sh = 4u * (j & 1u);
     for (var i = 0u; i < 8u; i++) {
-        (*v)[i] = d * $F_nib($W[q0 + i], sh) - dm;
+        (*v)[i] = dm.x * $F_nib($W[q0 + i], sh) - dm.y;
     }
     return 1.0;
 }
 
 //! Q5_K
-fn $F_scale_min(s: u32, j: u32) -> vec2<f32> {
-    if j < 4u {
-        return vec2<f32>(f32($F_u8(s + j) & 63u), f32($F_u8(s + j + 4u) & 63u));
-    }
-    let x = $F_u8(s + j + 4u);
-    return vec2<f32>(f32((x & 0xfu) | (($F_u8(s + j - 4u) >> 6u) << 4u)), f32((x >> 4u) | (($F_u8(s + j) >> 6u) << 4u)));
-}
 fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let b = ro + (e >> 8u) * 176u;
     let i = e & 255u;
     let k = i >> 6u;
     let l = i & 63u;
     let sub = 2u * k + select(0u, 1u, l >= 32u);
-    let sm = $F_scale_min(b + 4u, sub);
-    let d = $F_f16(b) * sm.x;
-    let dm = $F_f16(b + 2u) * sm.y;
+    let dm = $F_kdm(b, sub);
     let lo = $F_nib($F_u32(b + 48u + 32u * k + (l & 31u)), select(0u, 4u, l >= 32u));
     let h = $F_bytes($F_u32(b + 16u + (l & 31u)));
     let hi = vec4<f32>((h >> vec4<u32>(sub)) & vec4<u32>(1u)) * 16.0;
-    return d * (lo + hi) - dm;
+    return dm.x * (lo + hi) - dm.y;
 }
 const $F_SUB: u32 = 32u;
 const $F_SUB4: u32 = 8u;
@@ -291,16 +283,13 @@ fn $F_init(tid: u32) {}
 fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let b = ro + (s >> 3u) * 176u;
     let j = s & 7u;
-    let h = $W[b >> 2u];
-    let sm = $F_scale_min(b + 4u, j);
-    let d = $F_h2f(h & 0xffffu) * sm.x;
-    let dm = $F_h2f(h >> 16u) * sm.y;
+    let dm = $F_kdm(b, j);
     let qh0 = (b >> 2u) + 4u;
     let q0 = (b >> 2u) + 12u + 8u * (j >> 1u);
     let sh = 4u * (j & 1u);
     for (var i = 0u; i < 8u; i++) {
         let hi = vec4<f32>(($F_bytes($W[qh0 + i]) >> vec4<u32>(j)) & vec4<u32>(1u)) * 16.0;
-        (*v)[i] = d * ($F_nib($W[q0 + i], sh) + hi) - dm;
+        (*v)[i] = dm.x * ($F_nib($W[q0 + i], sh) + hi) - dm.y;
     }
     return 1.0;
 }

@@ -13,6 +13,22 @@ pub struct Plan {
     pub slot_bytes: Vec<usize>,
 }
 
+/// Per tensor: the last node index at which its storage (as a root) is read; `usize::MAX` for
+/// graph outputs (never freed).
+pub fn last_uses(g: &Graph) -> Vec<usize> {
+    let mut last_use = vec![0usize; g.tensors.len()];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for id in &node.inputs {
+            let r = g.storage_root(*id).index();
+            last_use[r] = last_use[r].max(i);
+        }
+    }
+    for (_, id) in &g.outputs {
+        last_use[g.storage_root(*id).index()] = usize::MAX;
+    }
+    last_use
+}
+
 impl Plan {
     pub fn total_bytes(&self) -> usize {
         self.slot_bytes.iter().sum()
@@ -27,20 +43,12 @@ impl Plan {
     /// early writes cannot land in a slot that is still in use.
     pub fn with_uses(g: &Graph, extra: &[(TensorId, usize)]) -> Plan {
         let n = g.tensors.len();
-        // Last node index at which each storage root is read; usize::MAX = never freed.
-        let mut last_use = vec![0usize; n];
-        for (i, node) in g.nodes.iter().enumerate() {
-            for id in &node.inputs {
-                let r = g.storage_root(*id).index();
-                last_use[r] = last_use[r].max(i);
-            }
-        }
+        let mut last_use = last_uses(g);
         for (id, node) in extra {
             let r = g.storage_root(*id).index();
-            last_use[r] = last_use[r].max(*node);
-        }
-        for (_, id) in &g.outputs {
-            last_use[g.storage_root(*id).index()] = usize::MAX;
+            if last_use[r] != usize::MAX {
+                last_use[r] = last_use[r].max(*node);
+            }
         }
 
         let mut slot_of = vec![None; n];

@@ -234,17 +234,7 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
 /// The extra reads that make running each group at its first member safe: every node output
 /// live at any point in `[first, last)` stays live through `last`.
 pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
-    let n = g.tensors.len();
-    let mut last_use = vec![0usize; n];
-    for (i, nd) in g.nodes.iter().enumerate() {
-        for id in &nd.inputs {
-            let r = g.storage_root(*id).index();
-            last_use[r] = last_use[r].max(i);
-        }
-    }
-    for (_, id) in &g.outputs {
-        last_use[g.storage_root(*id).index()] = usize::MAX;
-    }
+    let last_use = crate::graph::planner::last_uses(g);
     // (root tensor, producing node) of every slot-holding tensor.
     let owned: Vec<(TensorId, usize)> = g
         .nodes
