@@ -4,7 +4,9 @@
 // 2. attn_hdN: query t, head h attends to cache rows of kv head h / (nh / nkv) with
 //    softmax(q·k · scale) in f32 (online softmax). Causal (graph op Attention): rows
 //    0 ..= pos[t]. Non-causal (AttentionNonCausal): rows 0 .. n_all (= max(pos) + 1, from the
-//    host), limited to |pos[t] - j| <= window when window > 0. Grid (splits, nh, T), 4 warps per block, each
+//    host), limited to |pos[t] - j| <= window when window > 0. Tree (AttentionTree; mask != null,
+//    causal range): the new rows are consecutive from pos[0] and query t skips the new rows
+//    pos[0] + j with mask[t·T + j] == 0. Grid (splits, nh, T), 4 warps per block, each
 //    warp a strided subset of the keys; lane l holds dims l, l + 32, ... (HDL = ceil(hd / 32)).
 //    With one split the block writes the normalised output; otherwise it writes its partial
 //    (max, sum, unnormalised output) and 3. attn_combine merges the splits.
@@ -29,7 +31,7 @@ template <u32 HDL>
 DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
               const i32* __restrict__ pos, float* __restrict__ out, float* __restrict__ part_o,
               float* __restrict__ part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, u32 chunk,
-              u32 cap, u32 causal, u32 n_all, u32 window) {
+              u32 cap, u32 causal, u32 n_all, u32 window, const i32* __restrict__ mask, u32 T) {
     __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS];
     __shared__ float so[ATTN_WARPS][HDL * WARP];
     const u32 sp = bid_x(), h = bid_y(), t = bid_z();
@@ -64,7 +66,9 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
         acc[r] = 0.0f;
     }
     float m = -__builtin_inff(), l = 0.0f;
+    const u32 base = mask ? (u32)pos[0] : 0u;
     for (u32 j = j0 + w; j < j1; j += ATTN_WARPS) {
+        if (mask && j >= base && mask[(u64)t * T + (j - base)] == 0) continue;  // uniform per warp
         const float* kr = kc + (u64)j * row + (u64)kvh * hd;
         float dot = 0.0f;
 #pragma unroll
@@ -126,9 +130,9 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     KERNEL(ATTN_THREADS)                                                                             \
     attn_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,        \
                  float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,     \
-                 u32 chunk, u32 cap, u32 causal, u32 n_all, u32 window) {                            \
+                 u32 chunk, u32 cap, u32 causal, u32 n_all, u32 window, const i32* mask, u32 T) {    \
         attn<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, chunk, cap,      \
-                  causal, n_all, window);                                                            \
+                  causal, n_all, window, mask, T);                                                   \
     }
 
 DS_ATTN(1)

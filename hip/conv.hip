@@ -22,3 +22,25 @@ KERNEL(CONV_THREADS) conv_step(const float* __restrict__ x, const float* __restr
     // state rows in increasing order never overwrites a row still to be read.
     for (u32 i = 0; i < H; ++i) state[(u64)i * C + c] = xin(T + i);
 }
+
+// conv_step over a tree of rows (graph op ConvTree): parent [T] (parent[t] < t, or < 0 for the
+// state), tokens [R, K-1, C] per-row conv states. Row t's window is its parent's conv state
+// (tokens[parent], or the state) then x[t]; its last K-1 rows go to tokens[t]. The state is
+// only read. One thread per channel, reading and writing only that channel.
+KERNEL(CONV_THREADS) conv_tree(const float* __restrict__ x, const float* __restrict__ w, const i32* __restrict__ parent,
+                               const float* __restrict__ state, float* __restrict__ tokens, float* __restrict__ y,
+                               u32 T, u32 C, u32 K) {
+    const u32 c = bid_x() * CONV_THREADS + tid_x();
+    if (c >= C) return;
+    const u32 H = K - 1;
+    for (u32 t = 0; t < T; ++t) {
+        const i32 par = parent[t];
+        const float* prev = par < 0 ? state : tokens + (u64)par * H * C;
+        auto win = [&](u32 i) -> float { return i < H ? prev[(u64)i * C + c] : x[(u64)t * C + c]; };
+        float acc = 0.0f;
+        for (u32 j = 0; j < K; ++j) acc += w[(u64)c * K + j] * win(j);
+        y[(u64)t * C + c] = ds_silu(acc);
+        // tokens[t] != tokens[par] (par < t), so the window is intact while it is written.
+        for (u32 i = 0; i < H; ++i) tokens[((u64)t * H + i) * C + c] = win(i + 1);
+    }
+}

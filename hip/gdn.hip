@@ -10,6 +10,11 @@
 // and keeps them for all T tokens. The register variants (DK = 64, 128; COLS = 16, 8) hold the
 // columns in registers (one state read and one write per call); the generic variant (any dk up
 // to 512, COLS = 32) works in global memory.
+//
+// TREE (graph op GatedDeltaNetTree): extra inputs parent [T] and tokens [R, nv, dk, dv]. Row t
+// starts from its parent's state (kept in registers when the parent is row t - 1, else
+// reloaded from tokens[parent], or from the state for parent < 0) and its updated state goes to
+// tokens[t]; the state is only read. Every lane reads back only the state entries it wrote.
 #include "common.h"
 
 constexpr u32 GDN_THREADS = 32;
@@ -46,10 +51,11 @@ DEV void gdn_load_qk(const float* __restrict__ qkv, u32 t, u32 kh, const GdnArgs
 // DK != 0: the state rows of a column are split over SPLIT lanes (R = DK / SPLIT rows each,
 // in registers); lane = part * COLS + column, so the parts of a column are COLS lanes apart and
 // their partial sums combine with xor shuffles. DK == 0: one lane per column, state in memory.
-template <u32 DK, u32 SPLIT>
+template <u32 DK, u32 SPLIT, bool TREE>
 DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
              const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, float* __restrict__ state,
-             float* __restrict__ out, const GdnArgs& p) {
+             float* __restrict__ out, const i32* __restrict__ parent, float* __restrict__ tokens,
+             const GdnArgs& p) {
     constexpr u32 COLS = WARP / SPLIT;
     constexpr u32 R = DK ? DK / SPLIT : 1;
     __shared__ float qn[DK ? DK : GDN_MAX_DK];
@@ -61,7 +67,9 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
     const bool active = j < p.dv;
     const u32 kh = p.tiled ? h % p.nk : h / (p.nv / p.nk);
     const u32 key_dim = p.nk * p.dk, conv_dim = 2 * key_dim + p.nv * p.dv;
-    float* S = state + (u64)h * p.dk * p.dv + j;  // column j: S[i * dv]
+    const u64 col = (u64)h * p.dk * p.dv + j;
+    const u64 hs = (u64)p.nv * p.dk * p.dv;  // one row of tokens
+    float* S = state + col;                    // column j: S[i * dv]
     const u32 i0 = part * R;                     // first state row of this lane (register path)
     float s[R];
     if constexpr (DK != 0) {
@@ -69,6 +77,21 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
         for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
     }
     for (u32 t = 0; t < p.T; ++t) {
+        if constexpr (TREE) {
+            const i32 par = parent[t];
+            const float* src = par < 0 ? state + col : tokens + (u64)par * hs + col;
+            if constexpr (DK != 0) {
+                if (par != (i32)t - 1) {
+#pragma unroll
+                    for (u32 i = 0; i < R; ++i) s[i] = active ? src[(u64)(i0 + i) * p.dv] : 0.0f;
+                }
+            } else {
+                // The memory path works on row t's own column, copied from the parent's.
+                S = tokens + (u64)t * hs + col;
+                if (active)
+                    for (u32 i = 0; i < p.dk; ++i) S[(u64)i * p.dv] = src[(u64)i * p.dv];
+            }
+        }
         gdn_load_qk(qkv, t, kh, p, qn, kn);
         const float beta = ds_sigmoid(b[(u64)t * p.nv + h]);
         const float g = ssm_a[h] * ds_softplus(a[(u64)t * p.nv + h] + dt_bias[h]);
@@ -94,6 +117,13 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
 #pragma unroll
             for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
             if (active && part == 0) out[((u64)t * p.nv + h) * p.dv + j] = o;
+            if constexpr (TREE) {
+                if (active) {
+                    float* dst = tokens + (u64)t * hs + col;
+#pragma unroll
+                    for (u32 i = 0; i < R; ++i) dst[(u64)(i0 + i) * p.dv] = s[i];
+                }
+            }
         } else if (active) {
             float kv = 0.0f;
             for (u32 i = 0; i < p.dk; ++i) {
@@ -112,7 +142,7 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
         }
         sync_block();  // qn/kn are rewritten for the next token
     }
-    if constexpr (DK != 0) {
+    if constexpr (DK != 0 && !TREE) {
         if (active) {
 #pragma unroll
             for (u32 i = 0; i < R; ++i) S[(u64)(i0 + i) * p.dv] = s[i];
@@ -120,13 +150,20 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
     }
 }
 
-#define DS_GDN(name, DK, SPLIT)                                                                            \
+#define DS_GDN(name, DK, SPLIT)                                                                      \
     KERNEL(GDN_THREADS)                                                                              \
     name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
          float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
          float q_scale) {                                                                            \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
-        gdn<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                                           \
+        gdn<DK, SPLIT, false>(qkv, b, a, ssm_a, dt_bias, state, out, nullptr, nullptr, p);           \
+    }                                                                                                \
+    KERNEL(GDN_THREADS)                                                                              \
+    name##_tree(const float* qkv, const float* b, const float* a, const float* ssm_a,                \
+                const float* dt_bias, const i32* parent, float* state, float* tokens, float* out,    \
+                u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {     \
+        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
+        gdn<DK, SPLIT, true>(qkv, b, a, ssm_a, dt_bias, state, out, parent, tokens, p);              \
     }
 
 DS_GDN(gdn_dk64, 64, 2)

@@ -5,7 +5,10 @@
 // with HD_PT dims per thread). With one split (FINAL) it writes o / l; otherwise it writes
 // (o, m, l) to the partial buffer and `combine` merges the splits.
 // Params: 0 T, 1 nh, 2 nkv, 3 hd, 4 cap, 5 splits, 6 scale (f32), 7 write_kv threads per grid
-// row, 8 mask (0 causal, 1 non-causal), 9 window (non-causal; 0 = unlimited).
+// row, 8 mask (0 causal, 1 non-causal, 2 tree), 9 window (non-causal; 0 = unlimited).
+// TREE (graph op AttentionTree, mode 2): the new rows are consecutive from Pos[0]; query t
+// sees rows 0 .. Pos[0] and the new rows Pos[0] + j with Mask[t·T + j] != 0 (j ≤ t, so within
+// the causal range); hidden rows get weight 0.
 
 @group(0) @binding(1) var<storage, read> Q: array<f32>;
 @group(0) @binding(2) var<storage, read> K: array<f32>;
@@ -15,6 +18,9 @@
 @group(0) @binding(6) var<storage, read_write> VC: array<f32>;
 @group(0) @binding(7) var<storage, read_write> Part: array<f32>;
 @group(0) @binding(8) var<storage, read_write> Out: array<f32>;
+//#if TREE
+@group(0) @binding(9) var<storage, read> Mask: array<i32>;
+//#endif
 
 const NEG: f32 = -3.0e38;
 
@@ -23,10 +29,20 @@ var<workgroup> sc: array<f32, WG>;
 
 // The cache rows lo .. hi query t sees, clamped to the cache. Causal (mode 0): 0 ..= pos[t].
 // Non-causal (mode 1): 0 ..= max(pos), within |pos[t] − j| ≤ window when window > 0.
+// Whether query t sees cache row j of its range (only trees hide rows inside it).
+fn sees(t: u32, j: u32) -> bool {
+//#if TREE
+    let base = u32(Pos[0]);
+    return j < base || Mask[t * pu(0u) + (j - base)] != 0;
+//#else
+    return true;
+//#endif
+}
+
 fn visible(t: u32) -> vec2<u32> {
     let cap = i32(pu(4u));
     let p = Pos[t];
-    if pu(8u) == 0u {
+    if pu(8u) != 1u {
         return vec2<u32>(0u, u32(clamp(p + 1, 0, cap)));
     }
     var mx = p;
@@ -87,7 +103,8 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var base = j0; base < j1; base += WG) {
         let cnt = min(WG, j1 - base);
         var s = NEG;
-        if tid < cnt {
+        let ok = tid < cnt && sees(t, base + tid);
+        if ok {
             let ko = (base + tid) * row + koff;
             var acc = 0.0;
             for (var d = 0u; d < hd; d++) {
@@ -104,7 +121,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let m_new = max(m, mx);
         let alpha = exp(m - m_new);
         workgroupBarrier();
-        sc[tid] = select(0.0, exp(s - m_new), tid < cnt);
+        sc[tid] = select(0.0, exp(s - m_new), ok);
         workgroupBarrier();
         var ls = 0.0;
         for (var i = 0u; i < cnt; i++) {

@@ -2,6 +2,10 @@
 // WG of its state columns; each thread keeps one column S[:, j] (DK values) in registers for
 // all T tokens. Per token: q, k of the key head are staged in workgroup memory and
 // L2-normalised, then S = e^g·S; kv = Sᵀk; δ = β·(v − kv); S += k ⊗ δ; o = Sᵀq.
+// TREE (graph op GatedDeltaNetTree): row t starts from its parent's state (kept in registers
+// when the parent is row t − 1, else reloaded from Tok[parent] or, for parent < 0, from S) and
+// its updated columns go to Tok[t]; S is only read. A thread reads back only the columns it
+// wrote itself, so rows need no barrier for them.
 // Constants: WG, DK (≥ dk). Params: 0 T, 1 nk, 2 nv, 3 dk, 4 dv, 5 head map (0 tiled,
 // 1 grouped), 6 l2 eps (f32), 7 q scale (f32).
 
@@ -10,8 +14,15 @@
 @group(0) @binding(3) var<storage, read> A: array<f32>;
 @group(0) @binding(4) var<storage, read> SA: array<u32>;
 @group(0) @binding(5) var<storage, read> DT: array<u32>;
+//#if TREE
+@group(0) @binding(6) var<storage, read> Par: array<i32>;
+@group(0) @binding(7) var<storage, read_write> S: array<f32>;
+@group(0) @binding(8) var<storage, read_write> Tok: array<f32>;
+@group(0) @binding(9) var<storage, read_write> O: array<f32>;
+//#else
 @group(0) @binding(6) var<storage, read_write> S: array<f32>;
 @group(0) @binding(7) var<storage, read_write> O: array<f32>;
+//#endif
 
 //#dequant SA
 //#dequant DT
@@ -59,7 +70,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             s[i] = S[sbase + i * dv];
         }
     }
+    let hs = nv * dk * dv;
     for (var t = 0u; t < t_n; t++) {
+//#if TREE
+        let par = Par[t];
+        if live && par != i32(t) - 1 {
+            for (var i = 0u; i < dk; i++) {
+                if par < 0 {
+                    s[i] = S[sbase + i * dv];
+                } else {
+                    s[i] = Tok[u32(par) * hs + sbase + i * dv];
+                }
+            }
+        }
+//#endif
         let row = t * conv_dim;
         for (var i = tid; i < dk; i += WG) {
             qs[i] = QKV[row + kh * dk + i];
@@ -89,12 +113,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 o += s[i] * ((qs[i] * rq) * q_scale);
             }
             O[(t * nv + h) * dv + j] = o;
+//#if TREE
+            for (var i = 0u; i < dk; i++) {
+                Tok[t * hs + sbase + i * dv] = s[i];
+            }
+//#endif
         }
         workgroupBarrier();
     }
+//#if !TREE
     if live {
         for (var i = 0u; i < dk; i++) {
             S[sbase + i * dv] = s[i];
         }
     }
+//#endif
 }

@@ -131,6 +131,26 @@ fn speculative_greedy_equals_plain_greedy_for_every_drafter() {
                 got.tokens, want,
                 "{name} prompt {p}: recurrent-host rollback differs"
             );
+            // Per-token states: the verify writes every row's state, commit copies one.
+            let mut d = InjectedDrafter::new(
+                prompt.len(),
+                want.clone(),
+                vocab,
+                max,
+                Corrupt::Random { p: 0.3, seed: 10 },
+            );
+            let got = spec_with(
+                &m,
+                &mut d,
+                &prompt,
+                n,
+                SpecMode::Chain,
+                RollbackMode::PerTokenStates,
+            );
+            assert_eq!(
+                got.tokens, want,
+                "{name} prompt {p}: per-token-state rollback differs"
+            );
             // Adaptive mode mixes plain bursts and probes; still lossless.
             let mut d = RandomDrafter::new(7, vocab, max);
             let pol = PolicyConfig {
@@ -213,7 +233,12 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
         let cont = greedy(&m, &prompt, n_draft + 2);
         let ctx = prompt.len() + n_draft + 4;
         for (k, mode) in (0..=n_draft).flat_map(|k| {
-            [RollbackMode::SnapshotReplay, RollbackMode::RecurrentHost].map(|m| (k, m))
+            [
+                RollbackMode::SnapshotReplay,
+                RollbackMode::RecurrentHost,
+                RollbackMode::PerTokenStates,
+            ]
+            .map(|m| (k, m))
         }) {
             // Speculative session: prefill, then one chain round with drafts corrupted at k.
             let mut be = backend::create("cpu").unwrap();
@@ -285,12 +310,6 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
             }
         }
     }
-}
-
-#[test]
-fn per_token_rollback_is_refused_until_the_ir_has_it() {
-    let e = Rollback::new(RollbackMode::PerTokenStates).err().unwrap();
-    assert!(e.to_string().contains("per-token"), "{e}");
 }
 
 #[test]

@@ -74,6 +74,40 @@ impl StateDecl {
     }
 }
 
+/// One copy of `len` f32 values inside a state set: `src[src_off ..]` to `dst[dst_off ..]`
+/// (`src` and `dst` may name the same state; the two ranges must not overlap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateCopy {
+    pub src: String,
+    pub src_off: usize,
+    pub dst: String,
+    pub dst_off: usize,
+    pub len: usize,
+}
+
+impl StateCopy {
+    /// Checks the copy against the sizes of its two states.
+    pub fn check(&self, src_len: usize, dst_len: usize) -> Result<(), String> {
+        let fits = |off: usize, n: usize| off.checked_add(self.len).is_some_and(|e| e <= n);
+        if !fits(self.src_off, src_len) || !fits(self.dst_off, dst_len) {
+            return Err(format!(
+                "copy of {} values from {}[{}..] ({src_len}) to {}[{}..] ({dst_len}) is out of range",
+                self.len, self.src, self.src_off, self.dst, self.dst_off
+            ));
+        }
+        if self.src == self.dst
+            && self.src_off < self.dst_off + self.len
+            && self.dst_off < self.src_off + self.len
+        {
+            return Err(format!(
+                "copy within {} overlaps ({}.. and {}.., {} values)",
+                self.src, self.src_off, self.dst_off, self.len
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WeightsId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,6 +135,40 @@ pub trait Backend {
     ) -> Result<(), BackendError>;
     /// Copies every state of `src` into `dst` (same declarations): snapshots and forks.
     fn copy_states(&mut self, src: StatesId, dst: StatesId) -> Result<(), BackendError>;
+
+    /// Applies `copies` in order inside one state set: a speculative commit (a verified row's
+    /// conv and recurrent state into the live state, accepted KV rows moved together). The
+    /// default goes through host memory; device backends override it with device copies.
+    fn copy_state_ranges(
+        &mut self,
+        states: StatesId,
+        copies: &[StateCopy],
+    ) -> Result<(), BackendError> {
+        let mut host: Vec<(String, Vec<f32>)> = Vec::new();
+        for c in copies {
+            for name in [&c.src, &c.dst] {
+                if !host.iter().any(|(n, _)| n == name) {
+                    let v = self.read_state(states, name)?;
+                    host.push((name.clone(), v));
+                }
+            }
+            let get = |n: &str| host.iter().position(|(x, _)| x == n).expect("read above");
+            let (si, di) = (get(&c.src), get(&c.dst));
+            c.check(host[si].1.len(), host[di].1.len())
+                .map_err(|msg| BackendError::Device {
+                    backend: self.name(),
+                    msg,
+                })?;
+            let vals = host[si].1[c.src_off..c.src_off + c.len].to_vec();
+            host[di].1[c.dst_off..c.dst_off + c.len].copy_from_slice(&vals);
+        }
+        for (name, data) in &host {
+            if copies.iter().any(|c| &c.dst == name) {
+                self.write_state(states, name, data)?;
+            }
+        }
+        Ok(())
+    }
 
     /// Validates and plans a graph for repeated runs.
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError>;

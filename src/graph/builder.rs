@@ -167,6 +167,53 @@ impl GraphBuilder {
     ) -> R<TensorId> {
         self.one(Op::GatedDeltaNet(p), &[qkv, b, a, ssm_a, dt_bias, state])
     }
+    /// See [`Op::ConvTree`].
+    pub fn conv_tree(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        parent: TensorId,
+        state: TensorId,
+        tokens: TensorId,
+    ) -> R<TensorId> {
+        self.one(Op::ConvTree, &[x, w, parent, state, tokens])
+    }
+    /// See [`Op::GatedDeltaNetTree`]; `tree` is `(parent, state, tokens)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net_tree(
+        &mut self,
+        p: GdnParams,
+        qkv: TensorId,
+        b: TensorId,
+        a: TensorId,
+        ssm_a: TensorId,
+        dt_bias: TensorId,
+        tree: (TensorId, TensorId, TensorId),
+    ) -> R<TensorId> {
+        let (parent, state, tokens) = tree;
+        self.one(
+            Op::GatedDeltaNetTree(p),
+            &[qkv, b, a, ssm_a, dt_bias, parent, state, tokens],
+        )
+    }
+    /// See [`Op::AttentionTree`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_tree(
+        &mut self,
+        p: AttnParams,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        rows: TensorId,
+        mask: TensorId,
+        k_cache: TensorId,
+        v_cache: TensorId,
+    ) -> R<TensorId> {
+        self.one(
+            Op::AttentionTree(p),
+            &[q, k, v, rows, mask, k_cache, v_cache],
+        )
+    }
     pub fn slice_last(&mut self, x: TensorId, offset: usize, len: usize) -> R<TensorId> {
         self.one(Op::SliceLast { offset, len }, &[x])
     }

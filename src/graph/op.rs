@@ -89,6 +89,21 @@ pub enum Op {
     /// -> `o [T, nv, dv]`. Inside: q, k L2-normalised, q scaled by `dk^-0.5`,
     /// `beta = sigmoid(b)`, `g = ssm_a · softplus(a + dt_bias)`; the state is updated.
     GatedDeltaNet(GdnParams),
+    /// [`Op::ConvStep`] over a *tree* of T new rows that keeps every row's conv state
+    /// (speculative verify; a chain is the tree with `parent[t] = t − 1`):
+    /// `x [T, C]`, `w [C, K]`, `parent i32 [T]`, `state [K-1, C]` (state),
+    /// `tokens [R, K-1, C]` (state, R ≥ T) -> `y [T, C]`.
+    /// Row t continues from its parent's conv state `tokens[parent[t]]`, or from `state` when
+    /// `parent[t] < 0`; parents come before their children (`parent[t] < t`). `tokens[t]`
+    /// receives row t's conv state (the last K−1 inputs of its window). `state` is not
+    /// modified: committing row a is copying `tokens[a]` into it.
+    ConvTree,
+    /// [`Op::GatedDeltaNet`] over a tree of T new rows that keeps every row's recurrent state:
+    /// `qkv`, `b`, `a`, `ssm_a`, `dt_bias` as there, `parent i32 [T]`, `state [nv, dk, dv]`
+    /// (state), `tokens [R, nv, dk, dv]` (state, R ≥ T) -> `o [T, nv, dv]`. Row t starts from
+    /// `tokens[parent[t]]` (or `state` when `parent[t] < 0`), and its updated state is written
+    /// to `tokens[t]`; `state` is not modified (see [`Op::ConvTree`]).
+    GatedDeltaNetTree(GdnParams),
     /// `x [.., W]` -> `x[.., offset .. offset + len]` (a contiguous copy).
     SliceLast { offset: usize, len: usize },
     /// `x [N, D]` -> `x[start .. start + len, :]` (a contiguous copy of whole rows).
@@ -112,6 +127,13 @@ pub enum Op {
     /// earlier and every new row), restricted to `|pos[t] − j| ≤ window` when `window > 0`
     /// (HF's bidirectional sliding window).
     AttentionNonCausal { attn: AttnParams, window: usize },
+    /// GQA attention of a draft tree (speculative verify): `q [T, nh, hd]`, `k`, `v
+    /// [T, nkv, hd]`, `rows i32 [T]` (cache rows of the new k/v: consecutive, `rows[t] =
+    /// rows[0] + t`), `mask i32 [T, T]`, `k_cache`, `v_cache` (states) -> `[T, nh, hd]`.
+    /// The new rows are written first; query t then attends to the committed context (cache
+    /// rows `0 .. rows[0]`) and to the new rows `rows[j]` with `mask[t, j] ≠ 0` (its ancestors
+    /// and itself, `j ≤ t`). A lower-triangular mask is [`Op::Attention`].
+    AttentionTree(AttnParams),
     /// `x`, `g` (same shape) -> `x · sigmoid(g)`.
     SigmoidMul,
     /// `gate`, `up` (same shape) -> `silu(gate) · up`.
@@ -134,12 +156,15 @@ impl Op {
             Op::L2Norm { .. } => "l2_norm",
             Op::ConvStep => "conv_step",
             Op::GatedDeltaNet(_) => "gated_delta_net",
+            Op::ConvTree => "conv_tree",
+            Op::GatedDeltaNetTree(_) => "gated_delta_net_tree",
             Op::SliceLast { .. } => "slice_last",
             Op::Rows { .. } => "rows",
             Op::Reshape { .. } => "reshape",
             Op::Rope(_) => "rope",
             Op::Attention(_) => "attention",
             Op::AttentionNonCausal { .. } => "attention_non_causal",
+            Op::AttentionTree(_) => "attention_tree",
             Op::SigmoidMul => "sigmoid_mul",
             Op::SwiGlu => "swiglu",
             Op::ArgMax => "argmax",

@@ -102,6 +102,26 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
+    /// The tree inputs of ConvTree / GatedDeltaNetTree: `parent i32 [t]` at `parent`, and the
+    /// per-row state buffer `[R, row..]` with R ≥ t at `tokens`.
+    fn tree_inputs(
+        &self,
+        t: usize,
+        parent: usize,
+        tokens: usize,
+        row: &[usize],
+    ) -> Result<(), GraphError> {
+        self.shape_is(self.i32(parent)?, &[t])?;
+        let tk = self.state(tokens)?;
+        if tk.shape.len() != row.len() + 1 || tk.shape[1..] != *row || tk.shape[0] < t {
+            return self.err(format!(
+                "{} has shape {:?}, expected [R ≥ {t}, {row:?}..]",
+                tk.name, tk.shape
+            ));
+        }
+        Ok(())
+    }
+
     fn nonempty_last(&self, t: &TensorDecl) -> Result<usize, GraphError> {
         match t.shape.last() {
             Some(&d) if d > 0 => Ok(d),
@@ -186,11 +206,12 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             c.nonempty_last(x)?;
             Ok(f32_out(x.shape.clone()))
         }
-        Op::ConvStep => {
-            c.arity(3)?;
+        Op::ConvStep | Op::ConvTree => {
+            let tree = *op == Op::ConvTree;
+            c.arity(if tree { 5 } else { 3 })?;
             let x = c.f32(0)?;
             let w = c.weight(1)?;
-            let st = c.state(2)?;
+            let st = c.state(if tree { 3 } else { 2 })?;
             c.rank(x, 2)?;
             c.rank(w, 2)?;
             let ch = x.shape[1];
@@ -198,10 +219,14 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
                 return c.err(format!("w {:?} must be [{ch}, K]", w.shape));
             }
             c.shape_is(st, &[w.shape[1] - 1, ch])?;
+            if tree {
+                c.tree_inputs(x.shape[0], 2, 4, &[w.shape[1] - 1, ch])?;
+            }
             Ok(f32_out(x.shape.clone()))
         }
-        Op::GatedDeltaNet(p) => {
-            c.arity(6)?;
+        Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) => {
+            let tree = matches!(op, Op::GatedDeltaNetTree(_));
+            c.arity(if tree { 8 } else { 6 })?;
             if p.nk == 0 || p.nv % p.nk != 0 || p.dk == 0 || p.dv == 0 {
                 return c.err(format!(
                     "nv {} must be a positive multiple of nk {}",
@@ -216,7 +241,11 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             c.shape_is(c.f32(2)?, &[t, p.nv])?;
             c.shape_is(c.weight(3)?, &[p.nv])?;
             c.shape_is(c.weight(4)?, &[p.nv])?;
-            c.shape_is(c.state(5)?, &[p.nv, p.dk, p.dv])?;
+            let st = if tree { 6 } else { 5 };
+            c.shape_is(c.state(st)?, &[p.nv, p.dk, p.dv])?;
+            if tree {
+                c.tree_inputs(t, 5, 7, &[p.nv, p.dk, p.dv])?;
+            }
             Ok(f32_out(vec![t, p.nv, p.dv]))
         }
         Op::SliceLast { offset, len } => {
@@ -278,11 +307,18 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             }
             Ok(f32_out(x.shape.clone()))
         }
-        Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } => {
-            c.arity(6)?;
+        Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } | Op::AttentionTree(p) => {
+            // The tree form has its mask as input 4; the caches follow it.
+            let tree = matches!(op, Op::AttentionTree(_));
+            let cache = if tree { 5 } else { 4 };
+            c.arity(cache + 2)?;
             let (q, k, v) = (c.f32(0)?, c.f32(1)?, c.f32(2)?);
             let pos = c.i32(3)?;
-            let (kc, vc) = (c.state(4)?, c.state(5)?);
+            let (kc, vc) = (c.state(cache)?, c.state(cache + 1)?);
+            if tree {
+                let t = q.shape.first().copied().unwrap_or(0);
+                c.shape_is(c.i32(4)?, &[t, t])?;
+            }
             if p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
                 return c.err(format!(
                     "{} q heads over {} kv heads",

@@ -2,8 +2,9 @@
 //! cached by shape.
 
 use super::qwen35::{GraphOptions, LogitRows};
+use super::qwen35::names;
 use super::{ModelError, Qwen35};
-use crate::backend::{Backend, ExecId, HostData, StatesId, WeightsId};
+use crate::backend::{Backend, ExecId, HostData, StateCopy, StateDecl, StatesId, WeightsId};
 use crate::state::Snapshot;
 use std::collections::HashMap;
 
@@ -26,7 +27,35 @@ pub struct Session<'a> {
     states: StatesId,
     ctx: usize,
     pos: usize,
-    execs: HashMap<(usize, GraphOptions), ExecId>,
+    /// The state set's declarations: the sequence state, then the per-row verify states.
+    decls: Vec<StateDecl>,
+    /// Rows of the per-row verify states (0: none allocated).
+    tree_rows: usize,
+    /// Compiled graphs by (rows, options, per-row state rows; 0 for a plain step).
+    execs: HashMap<(usize, GraphOptions, usize), ExecId>,
+}
+
+/// Depth of every row of a tree given by its parents (`parent[i] < i`, −1 for a root), and
+/// the ancestor-or-self mask `[T, T]` (row-major, 1 = visible).
+pub fn tree_layout(parents: &[i32]) -> Result<(Vec<usize>, Vec<i32>), ModelError> {
+    let t = parents.len();
+    let mut depth = vec![0usize; t];
+    let mut mask = vec![0i32; t * t];
+    for (i, &p) in parents.iter().enumerate() {
+        if p >= 0 {
+            let p = p as usize;
+            if p >= i {
+                return Err(ModelError::Config(format!(
+                    "tree row {i} has parent {p}: parents must come before their rows"
+                )));
+            }
+            depth[i] = depth[p] + 1;
+            let (above, row) = mask.split_at_mut(i * t);
+            row[..t].copy_from_slice(&above[p * t..(p + 1) * t]);
+        }
+        mask[i * t + i] = 1;
+    }
+    Ok((depth, mask))
 }
 
 impl<'a> Session<'a> {
@@ -37,7 +66,8 @@ impl<'a> Session<'a> {
         ctx: usize,
     ) -> Result<Self, ModelError> {
         let weights = backend.upload_weights(&model.weights)?;
-        let states = backend.alloc_states(&model.state_decls(ctx))?;
+        let decls = model.state_decls(ctx);
+        let states = backend.alloc_states(&decls)?;
         Ok(Session {
             model,
             backend,
@@ -45,8 +75,41 @@ impl<'a> Session<'a> {
             states,
             ctx,
             pos: 0,
+            decls,
+            tree_rows: 0,
             execs: HashMap::new(),
         })
+    }
+
+    /// Makes room for verify forwards of up to `rows` rows with per-row states
+    /// ([`Session::forward_tree`]): reallocates the state set with the per-row buffers
+    /// ([`crate::state::token_layout`]) and moves the sequence state over (best called before
+    /// the prompt, when there is nothing to move). Never shrinks.
+    pub fn reserve_tree_rows(&mut self, rows: usize) -> Result<(), ModelError> {
+        if rows <= self.tree_rows {
+            return Ok(());
+        }
+        let mut decls = self.model.state_decls(self.ctx);
+        let base = decls.len();
+        decls.extend(crate::state::token_layout(&self.model.cfg, rows));
+        let fresh = self.backend.alloc_states(&decls)?;
+        if self.pos > 0 {
+            for d in &decls[..base] {
+                let v = self.backend.read_state(self.states, &d.name)?;
+                self.backend.write_state(fresh, &d.name, &v)?;
+            }
+        }
+        self.backend.free_states(self.states)?;
+        self.states = fresh;
+        self.decls = decls;
+        self.tree_rows = rows;
+        Ok(())
+    }
+
+    /// Rows a [`Session::forward_tree`] may verify at most (0 before
+    /// [`Session::reserve_tree_rows`]).
+    pub fn tree_rows(&self) -> usize {
+        self.tree_rows
     }
 
     /// Positions consumed so far.
@@ -68,8 +131,12 @@ impl<'a> Session<'a> {
 
     /// Copies the current state (all layers) so it can be restored.
     pub fn snapshot(&mut self) -> Result<Snapshot, ModelError> {
-        let decls = self.model.state_decls(self.ctx);
-        Ok(Snapshot::take(self.backend, &decls, self.states, self.pos)?)
+        Ok(Snapshot::take(
+            self.backend,
+            &self.decls,
+            self.states,
+            self.pos,
+        )?)
     }
 
     /// Returns to a snapshot taken from this session.
@@ -119,12 +186,8 @@ impl<'a> Session<'a> {
         Ok(self.backend.read_state(self.states, name)?)
     }
 
-    /// Runs the target over `tokens` at the next positions.
-    pub fn forward(
-        &mut self,
-        tokens: &[u32],
-        opts: &GraphOptions,
-    ) -> Result<StepOutput, ModelError> {
+    /// Checks that `tokens` fit the context and the vocabulary.
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
         let t = tokens.len();
         if self.pos + t > self.ctx {
             return Err(ModelError::ContextFull {
@@ -136,16 +199,34 @@ impl<'a> Session<'a> {
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(ModelError::BadToken { id, vocab });
         }
-        let key = (t, opts.clone());
-        let exe = match self.execs.get(&key) {
-            Some(e) => *e,
-            None => {
-                let g = self.model.step_graph(t, self.ctx, opts)?;
-                let e = self.backend.compile(&g)?;
-                self.execs.insert(key, e);
-                e
-            }
+        Ok(())
+    }
+
+    /// The compiled graph for `t` rows (per-row state rows `tree`, 0 for a plain step).
+    fn exec(&mut self, t: usize, opts: &GraphOptions, tree: usize) -> Result<ExecId, ModelError> {
+        let key = (t, opts.clone(), tree);
+        if let Some(e) = self.execs.get(&key) {
+            return Ok(*e);
+        }
+        let g = if tree == 0 {
+            self.model.step_graph(t, self.ctx, opts)?
+        } else {
+            self.model.tree_graph(t, self.ctx, tree, opts)?
         };
+        let e = self.backend.compile(&g)?;
+        self.execs.insert(key, e);
+        Ok(e)
+    }
+
+    /// Runs the target over `tokens` at the next positions.
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        opts: &GraphOptions,
+    ) -> Result<StepOutput, ModelError> {
+        self.check_tokens(tokens)?;
+        let t = tokens.len();
+        let exe = self.exec(t, opts, 0)?;
         let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
         let pos: Vec<i32> = (self.pos..self.pos + t).map(|p| p as i32).collect();
         let outs = self.backend.run(
@@ -155,6 +236,125 @@ impl<'a> Session<'a> {
             &[("ids", HostData::I32(ids)), ("pos", HostData::I32(pos))],
         )?;
         self.pos += t;
+        Ok(Self::output(outs, opts, t)?)
+    }
+
+    /// Verifies a tree of `tokens` (row i's parent `parents[i] < i`, −1 for the root, which
+    /// follows the committed tokens) in one forward: row i sits at position `pos + depth(i)`
+    /// and sees the committed context and its ancestors. Every row's K/V goes to cache row
+    /// `pos + i` and its DeltaNet states to the per-row buffers; the live state and the
+    /// position are unchanged until [`Session::commit_tree`]. Needs
+    /// [`Session::reserve_tree_rows`] of at least `tokens.len()` rows.
+    pub fn forward_tree(
+        &mut self,
+        tokens: &[u32],
+        parents: &[i32],
+        opts: &GraphOptions,
+    ) -> Result<StepOutput, ModelError> {
+        self.check_tokens(tokens)?;
+        let t = tokens.len();
+        if parents.len() != t {
+            return Err(ModelError::Config(format!(
+                "{t} tree rows with {} parents",
+                parents.len()
+            )));
+        }
+        if t > self.tree_rows {
+            return Err(ModelError::Config(format!(
+                "a verify of {t} rows with per-row states needs reserve_tree_rows({t}) (have {})",
+                self.tree_rows
+            )));
+        }
+        let (depth, mask) = tree_layout(parents)?;
+        let exe = self.exec(t, opts, self.tree_rows)?;
+        let base = self.pos as i32;
+        let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
+        let pos: Vec<i32> = depth.iter().map(|&d| base + d as i32).collect();
+        let kv_rows: Vec<i32> = (0..t as i32).map(|i| base + i).collect();
+        let outs = self.backend.run(
+            exe,
+            self.weights,
+            self.states,
+            &[
+                ("ids", HostData::I32(ids)),
+                ("pos", HostData::I32(pos)),
+                ("kv_rows", HostData::I32(kv_rows)),
+                ("parent", HostData::I32(parents.to_vec())),
+                ("mask", HostData::I32(mask)),
+            ],
+        )?;
+        Ok(Self::output(outs, opts, t)?)
+    }
+
+    /// Commits the rows `path` of the last [`Session::forward_tree`] (a root-to-node path:
+    /// `path[d]` is the row at depth d, `path[0]` the root): their K/V rows move to the
+    /// positions `pos + d`, the last row's conv and recurrent state becomes the live state,
+    /// and the position advances by `path.len()`. One batch of device copies.
+    pub fn commit_tree(&mut self, path: &[usize]) -> Result<(), ModelError> {
+        let Some(&last) = path.last() else {
+            return Ok(());
+        };
+        if last >= self.tree_rows
+            || self.pos + path.len() > self.ctx
+            || path.iter().enumerate().any(|(d, &r)| r < d)
+        {
+            return Err(ModelError::Config(format!(
+                "cannot commit tree path {path:?} ({} per-row states, position {} of {})",
+                self.tree_rows, self.pos, self.ctx
+            )));
+        }
+        let c = &self.model.cfg;
+        let kv_row = c.n_kv_heads * c.head_dim;
+        let conv = (c.conv_kernel - 1) * c.conv_dim();
+        let ssm = c.nv * c.dk * c.dv;
+        let mut copies = Vec::new();
+        let copy = |src: String, so: usize, dst: String, dso: usize, len: usize| StateCopy {
+            src,
+            src_off: so,
+            dst,
+            dst_off: dso,
+            len,
+        };
+        for (i, kind) in c.layers.iter().enumerate() {
+            match kind {
+                crate::model::LayerKind::Attention => {
+                    // Increasing depth: path[d] ≥ d, and a later source row path[d'] > d is
+                    // never a row already written.
+                    for (d, &r) in path.iter().enumerate().filter(|(d, r)| *d != **r) {
+                        let (from, to) = ((self.pos + r) * kv_row, (self.pos + d) * kv_row);
+                        for name in [names::k_cache(i), names::v_cache(i)] {
+                            copies.push(copy(name.clone(), from, name, to, kv_row));
+                        }
+                    }
+                }
+                crate::model::LayerKind::DeltaNet => {
+                    copies.push(copy(
+                        names::conv_tokens(i),
+                        last * conv,
+                        names::conv_state(i),
+                        0,
+                        conv,
+                    ));
+                    copies.push(copy(
+                        names::ssm_tokens(i),
+                        last * ssm,
+                        names::ssm_state(i),
+                        0,
+                        ssm,
+                    ));
+                }
+            }
+        }
+        self.backend.copy_state_ranges(self.states, &copies)?;
+        self.pos += path.len();
+        Ok(())
+    }
+
+    fn output(
+        outs: Vec<(String, crate::backend::HostTensor)>,
+        opts: &GraphOptions,
+        t: usize,
+    ) -> Result<StepOutput, ModelError> {
         let mut out = StepOutput {
             rows: if opts.logits == LogitRows::All { t } else { 1 },
             ..Default::default()

@@ -35,9 +35,11 @@ pub enum RollbackMode {
     /// replay the accepted rows. Cost independent of the context length (the full snapshot
     /// copies every KV row), but a device→host→device round trip.
     RecurrentHost,
-    /// The verify forward writes the per-token intermediate DeltaNet states and conv inputs;
-    /// rollback copies row `a` back (Lucebox `rollback_to`). Needs GDN/conv ops that emit
-    /// per-token states, which the graph IR does not have yet.
+    /// The verify forward ([`Session::forward_tree`] over the chain) writes every row's
+    /// DeltaNet conv and recurrent state to per-row buffers and leaves the live state alone;
+    /// committing `a + 1` rows copies row `a`'s states in (Lucebox `rollback_to`). No replay
+    /// forward and no snapshot; costs `rows · nv · dk · dv` floats of memory per DeltaNet
+    /// layer and writing every row's state during verify.
     PerTokenStates,
 }
 
@@ -84,13 +86,6 @@ pub struct Rollback {
 
 impl Rollback {
     pub fn new(mode: RollbackMode) -> Result<Rollback, SpecError> {
-        if mode == RollbackMode::PerTokenStates {
-            return Err(SpecError::Unsupported(
-                "per-token-state rollback needs DeltaNet/conv ops that write per-token states \
-                 (not in the graph IR yet); use the snapshot rollback"
-                    .into(),
-            ));
-        }
         Ok(Rollback {
             mode,
             snap: None,
@@ -103,8 +98,53 @@ impl Rollback {
         self.mode
     }
 
-    /// Called right before the verify forward.
-    fn before_verify(&mut self, s: &mut Session<'_>) -> Result<(), SpecError> {
+    /// Prepares a session for verifies of up to `rows` rows (per-token states: allocates the
+    /// per-row buffers; best before the prompt, see [`Session::reserve_tree_rows`]).
+    pub fn prepare(&self, s: &mut Session<'_>, rows: usize) -> Result<(), SpecError> {
+        if self.mode == RollbackMode::PerTokenStates {
+            s.reserve_tree_rows(rows)?;
+        }
+        Ok(())
+    }
+
+    /// The verify forward over `rows` (the root then the drafts), after
+    /// [`Rollback::before_verify`]. The position has advanced past `rows` afterwards, except with
+    /// per-token states, where [`Rollback::finish`] commits.
+    fn verify(
+        &mut self,
+        s: &mut Session<'_>,
+        rows: &[u32],
+        opts: &GraphOptions,
+    ) -> Result<crate::model::session::StepOutput, SpecError> {
+        if rows.len() == 1 {
+            return Ok(s.forward(rows, opts)?);
+        }
+        if self.mode == RollbackMode::PerTokenStates {
+            let parents: Vec<i32> = (0..rows.len() as i32).map(|i| i - 1).collect();
+            return Ok(s.forward_tree(rows, &parents, opts)?);
+        }
+        Ok(s.forward(rows, opts)?)
+    }
+
+    /// After [`Rollback::verify`] of `rows` from position `base`: keeps the first `keep`.
+    fn finish(
+        &mut self,
+        s: &mut Session<'_>,
+        base: usize,
+        rows: &[u32],
+        keep: usize,
+    ) -> Result<(), SpecError> {
+        if rows.len() > 1 && self.mode == RollbackMode::PerTokenStates {
+            let path: Vec<usize> = (0..keep).collect();
+            s.commit_tree(&path)?;
+        } else if keep < rows.len() {
+            self.rollback(s, base, &rows[..keep])?;
+        }
+        Ok(())
+    }
+
+    /// Called right before a verify forward of `rows` > 1 rows.
+    fn before_verify(&mut self, s: &mut Session<'_>, rows: usize) -> Result<(), SpecError> {
         match self.mode {
             RollbackMode::SnapshotReplay => match &mut self.snap {
                 Some(snap) => s.snapshot_into(snap)?,
@@ -125,7 +165,8 @@ impl Rollback {
                 }
                 self.host_pos = s.pos();
             }
-            RollbackMode::PerTokenStates => unreachable!("refused in Rollback::new"),
+            // Nothing to save (the verify leaves the live state alone); only room needed.
+            RollbackMode::PerTokenStates => s.reserve_tree_rows(rows)?,
         }
         Ok(())
     }
@@ -156,7 +197,11 @@ impl Rollback {
                 s.rewind_position(base);
                 s.forward(keep, &replay_opts())?;
             }
-            RollbackMode::PerTokenStates => unreachable!("refused in Rollback::new"),
+            RollbackMode::PerTokenStates => {
+                return Err(SpecError::Invalid(
+                    "per-token-state rollback commits rows; it never replays".into(),
+                ));
+            }
         }
         debug_assert_eq!(s.pos(), base + keep.len());
         Ok(())
@@ -283,7 +328,7 @@ pub fn chain_round_with(
     rows.push(root);
     rows.extend_from_slice(&draft.tokens);
     if !draft.tokens.is_empty() {
-        rollback.before_verify(s)?;
+        rollback.before_verify(s, rows.len())?;
     }
     let t2 = Instant::now();
     let opts = GraphOptions {
@@ -291,7 +336,7 @@ pub fn chain_round_with(
         argmax: true,
         capture: layers.clone(),
     };
-    let out = s.forward(&rows, &opts)?;
+    let out = rollback.verify(s, &rows, &opts)?;
     let t3 = Instant::now();
 
     let (a, next) = match accept {
@@ -309,9 +354,7 @@ pub fn chain_round_with(
         }
     };
     let keep = a + 1;
-    if keep < rows.len() {
-        rollback.rollback(s, base, &rows[..keep])?;
-    }
+    rollback.finish(s, base, &rows, keep)?;
     let t4 = Instant::now();
 
     let feats = Features::from_step(out.hidden, &layers, base, rows.len(), width)?;

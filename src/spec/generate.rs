@@ -256,6 +256,7 @@ pub fn generate_spec(
         return Ok(res);
     }
     let mut rollback = Rollback::new(cfg.rollback)?;
+    rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?;
     let mut policy = match &cfg.mode {
         SpecMode::Adaptive(p) => Some(AdaptivePolicy::new(p.clone())),
         _ => None,

@@ -3,7 +3,8 @@
 //!
 //! Attention KV rows past the current position are never read (the causal mask stops at each
 //! query's position), so rolling attention back is only moving the position. DeltaNet state is
-//! overwritten in place, so rolling it back needs a snapshot (or, later, per-token states).
+//! overwritten in place, so rolling it back needs a snapshot or the per-row states a tree
+//! verify writes ([`token_layout`]).
 
 use crate::backend::{Backend, BackendError, StateDecl, StatesId};
 use crate::model::{LayerKind, Qwen35Config};
@@ -19,6 +20,34 @@ pub fn conv_state(layer: usize) -> String {
 }
 pub fn ssm_state(layer: usize) -> String {
     format!("blk.{layer}.ssm_state")
+}
+
+/// Per-row conv states of a tree/chain verify (`Op::ConvTree`), `[rows, K − 1, conv_dim]`.
+pub fn conv_tokens(layer: usize) -> String {
+    format!("blk.{layer}.conv_tokens")
+}
+/// Per-row recurrent states of a tree/chain verify (`Op::GatedDeltaNetTree`),
+/// `[rows, nv, dk, dv]`.
+pub fn ssm_tokens(layer: usize) -> String {
+    format!("blk.{layer}.ssm_tokens")
+}
+
+/// The per-row state buffers a verify forward of up to `rows` rows writes (per-token-state
+/// rollback and tree speculation): every DeltaNet layer's conv and recurrent state after each
+/// row, so that committing row `a` is a copy. Memory-hungry: `rows · nv · dk · dv` floats per
+/// DeltaNet layer.
+pub fn token_layout(c: &Qwen35Config, rows: usize) -> Vec<StateDecl> {
+    let mut v = Vec::new();
+    for (i, kind) in c.layers.iter().enumerate() {
+        if *kind == LayerKind::DeltaNet {
+            v.push(StateDecl::new(
+                conv_tokens(i),
+                &[rows, c.conv_kernel - 1, c.conv_dim()],
+            ));
+            v.push(StateDecl::new(ssm_tokens(i), &[rows, c.nv, c.dk, c.dv]));
+        }
+    }
+    v
 }
 
 /// The state buffers of one sequence with room for `ctx` positions:

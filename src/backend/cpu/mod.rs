@@ -144,6 +144,39 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn copy_state_ranges(
+        &mut self,
+        states: StatesId,
+        copies: &[super::StateCopy],
+    ) -> Result<(), BackendError> {
+        let set = self.state_set(states)?;
+        for c in copies {
+            let len_of = |n: &str| {
+                set.data
+                    .get(n)
+                    .map(|v| v.len())
+                    .ok_or_else(|| BackendError::MissingState {
+                        backend: NAME.into(),
+                        name: n.into(),
+                    })
+            };
+            c.check(len_of(&c.src)?, len_of(&c.dst)?)
+                .map_err(|msg| BackendError::Device {
+                    backend: NAME.into(),
+                    msg,
+                })?;
+            if c.src == c.dst {
+                let v = set.data.get_mut(&c.src).expect("checked");
+                v.copy_within(c.src_off..c.src_off + c.len, c.dst_off);
+            } else {
+                let [a, b] = set.data.get_disjoint_mut([c.src.as_str(), c.dst.as_str()]);
+                let (a, b) = (a.expect("checked"), b.expect("checked"));
+                b[c.dst_off..c.dst_off + c.len].copy_from_slice(&a[c.src_off..c.src_off + c.len]);
+            }
+        }
+        Ok(())
+    }
+
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
         graph.validate()?;
         self.execs.push(Compiled {

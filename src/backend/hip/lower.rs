@@ -129,7 +129,9 @@ pub(super) fn check_supported(be: &HipBackend, g: &Graph) -> Result<(), BackendE
             | Op::AddRmsNorm { .. }
             | Op::GatedRmsNorm { .. }
             | Op::ConvStep
-            | Op::GatedDeltaNet(_) => {
+            | Op::ConvTree
+            | Op::GatedDeltaNet(_)
+            | Op::GatedDeltaNetTree(_) => {
                 for &p in super::f32_weight_positions(&node.op) {
                     let w = t(p);
                     if w.kind == TensorKind::Weight
@@ -142,13 +144,15 @@ pub(super) fn check_supported(be: &HipBackend, g: &Graph) -> Result<(), BackendE
                         ));
                     }
                 }
-                if let Op::GatedDeltaNet(p) = &node.op
+                if let Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) = &node.op
                     && p.dk > 512
                 {
                     return Err(unsupported(be, &node.op, format!("dk {} > 512", p.dk)));
                 }
             }
-            Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } if p.head_dim > 32 * 8 => {
+            Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } | Op::AttentionTree(p)
+                if p.head_dim > 32 * 8 =>
+            {
                 return Err(unsupported(
                     be,
                     &node.op,
@@ -293,8 +297,20 @@ pub(super) fn check_data(
                     ));
                 }
             }
-            Op::Attention(_) | Op::AttentionNonCausal { .. } => {
-                let cap = g.tensor(node.inputs[4]).shape[0];
+            Op::Attention(_) | Op::AttentionNonCausal { .. } | Op::AttentionTree(_) => {
+                let tree = matches!(node.op, Op::AttentionTree(_));
+                let cap = g.tensor(node.inputs[if tree { 5 } else { 4 }]).shape[0];
+                // The tree kernel reads the mask relative to the first row.
+                if tree
+                    && let Some(pos) = input_i32(g, bound, node.inputs[3])
+                    && let Some(t) = (1..pos.len()).find(|&t| pos[t] != pos[0] + t as i32)
+                {
+                    return Err(bad_input(
+                        be,
+                        &g.tensor(node.inputs[3]).name,
+                        format!("tree rows must be consecutive: row {t} is at {}", pos[t]),
+                    ));
+                }
                 if let Some(pos) = input_i32(g, bound, node.inputs[3])
                     && let Some((t, p)) = pos
                         .iter()
@@ -513,42 +529,72 @@ pub(super) fn node(
                 ],
             )
         }
-        Op::GatedDeltaNet(p) => {
+        Op::ConvTree => {
+            let x = inp(0);
+            let (t, c) = (x.shape[0], x.shape[1]);
+            let k = inp(1).shape[1];
+            launch(
+                be,
+                "conv",
+                "conv_tree",
+                [blocks(c as u64, 128), 1, 1],
+                128,
+                &[
+                    p_in(0),
+                    p_f32(1),
+                    p_in(2),
+                    p_in(3),
+                    p_in(4),
+                    p_out(0),
+                    u32_of(t)?,
+                    u32_of(c)?,
+                    u32_of(k)?,
+                ],
+            )
+        }
+        Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) => {
+            let tree = matches!(node.op, Op::GatedDeltaNetTree(_));
             let t = inp(0).shape[0];
             let (name, cols) = match p.dk {
                 64 => ("gdn_dk64", 16),
                 128 => ("gdn_dk128", 8),
                 _ => ("gdn_any", 32),
             };
+            let name = if tree {
+                format!("{name}_tree")
+            } else {
+                name.to_string()
+            };
+            // The tree kernel takes (parent, state, per-row states) where the step takes the
+            // state.
+            let mut args = vec![p_in(0), p_in(1), p_in(2), p_f32(3), p_f32(4), p_in(5)];
+            if tree {
+                args.extend([p_in(6), p_in(7)]);
+            }
+            args.push(p_out(0));
             let q_scale = (1.0 / (p.dk as f64).sqrt()) as f32;
             let tiled = u32::from(p.head_map == HeadMap::Tiled);
+            args.extend([
+                u32_of(t)?,
+                    u32_of(p.nk)?,
+                    u32_of(p.nv)?,
+                    u32_of(p.dk)?,
+                    u32_of(p.dv)?,
+                Arg::U32(tiled),
+                Arg::F32(p.l2_eps),
+                Arg::F32(q_scale),
+            ]);
             launch(
                 be,
                 "gdn",
-                name,
+                &name,
                 [
                     u32::try_from(p.nv).unwrap_or(u32::MAX),
                     blocks(p.dv as u64, cols),
                     1,
                 ],
                 32,
-                &[
-                    p_in(0),
-                    p_in(1),
-                    p_in(2),
-                    p_f32(3),
-                    p_f32(4),
-                    p_in(5),
-                    p_out(0),
-                    u32_of(t)?,
-                    u32_of(p.nk)?,
-                    u32_of(p.nv)?,
-                    u32_of(p.dk)?,
-                    u32_of(p.dv)?,
-                    Arg::U32(tiled),
-                    Arg::F32(p.l2_eps),
-                    Arg::F32(q_scale),
-                ],
+                &args,
             )
         }
         Op::SliceLast { offset, len } => {
@@ -608,6 +654,7 @@ pub(super) fn node(
         }
         Op::Attention(p) => attention(be, env, node, p, None),
         Op::AttentionNonCausal { attn, window } => attention(be, env, node, attn, Some(*window)),
+        Op::AttentionTree(p) => attention(be, env, node, p, None),
         Op::ArgMax => {
             let x = inp(0);
             let (rows, v) = (x.shape[0], x.shape[1]);
@@ -689,9 +736,13 @@ fn attention(
 ) -> Result<(), BackendError> {
     let g = env.graph;
     let ptr = |i: usize| env.ptr(node.inputs[i]);
+    // The tree form has its mask at 4 and the caches after it.
+    let tree = matches!(node.op, Op::AttentionTree(_));
+    let kc = if tree { 5 } else { 4 };
+    let mask = if tree { ptr(4) } else { 0 };
     let (nh, nkv, hd) = (p.n_heads, p.n_kv_heads, p.head_dim);
     let t = g.tensor(node.inputs[0]).shape[0];
-    let cap = g.tensor(node.inputs[4]).shape[0];
+    let cap = g.tensor(node.inputs[kc]).shape[0];
     let row = nkv * hd;
     if t == 0 || row == 0 || nh == 0 {
         return Ok(());
@@ -707,8 +758,8 @@ fn attention(
             Arg::P(ptr(1)),
             Arg::P(ptr(2)),
             Arg::P(ptr(3)),
-            Arg::P(ptr(4)),
-            Arg::P(ptr(5)),
+            Arg::P(ptr(kc)),
+            Arg::P(ptr(kc + 1)),
             u(t),
             u(row),
             u(cap),
@@ -759,8 +810,8 @@ fn attention(
         128,
         &[
             Arg::P(ptr(0)),
-            Arg::P(ptr(4)),
-            Arg::P(ptr(5)),
+            Arg::P(ptr(kc)),
+            Arg::P(ptr(kc + 1)),
             Arg::P(ptr(3)),
             Arg::P(out),
             Arg::P(part_o),
@@ -775,6 +826,8 @@ fn attention(
             u(usize::from(window.is_none())),
             u(n_all),
             u(window.unwrap_or(0)),
+            Arg::P(mask),
+            u(t),
         ],
     )?;
     if nsplit > 1 {

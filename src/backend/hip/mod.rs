@@ -371,9 +371,9 @@ impl HipBackend {
 /// Op input positions read as plain f32 values (a weight there is dequantized once).
 fn f32_weight_positions(op: &Op) -> &'static [usize] {
     match op {
-        Op::RmsNorm { .. } | Op::ConvStep => &[1],
+        Op::RmsNorm { .. } | Op::ConvStep | Op::ConvTree => &[1],
         Op::AddRmsNorm { .. } | Op::GatedRmsNorm { .. } => &[2],
-        Op::GatedDeltaNet(_) => &[3, 4],
+        Op::GatedDeltaNet(_) | Op::GatedDeltaNetTree(_) => &[3, 4],
         _ => &[],
     }
 }
@@ -478,6 +478,28 @@ impl Backend for HipBackend {
         self.drv
             .htod(b.ptr, bytemuck::cast_slice(data))
             .map_err(|e| self.dev_err(e))
+    }
+
+    fn copy_state_ranges(
+        &mut self,
+        states: StatesId,
+        copies: &[super::StateCopy],
+    ) -> Result<(), BackendError> {
+        for c in copies {
+            let (s, sn) = self.state_buf(states, &c.src)?;
+            let (d, dn) = self.state_buf(states, &c.dst)?;
+            c.check(sn, dn).map_err(|m| self.dev_err(m))?;
+            if c.len > 0 {
+                self.drv
+                    .dtod(
+                        d.ptr + (c.dst_off * 4) as DevPtr,
+                        s.ptr + (c.src_off * 4) as DevPtr,
+                        c.len * 4,
+                    )
+                    .map_err(|e| self.dev_err(e))?;
+            }
+        }
+        self.drv.sync().map_err(|e| self.dev_err(e))
     }
 
     fn copy_states(&mut self, src: StatesId, dst: StatesId) -> Result<(), BackendError> {

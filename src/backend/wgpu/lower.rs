@@ -375,23 +375,28 @@ impl Ctx<'_> {
                 };
                 self.step(key, params, binds, groups);
             }
-            Op::ConvStep => {
+            Op::ConvStep | Op::ConvTree => {
+                let tree = *op == Op::ConvTree;
                 let xs = shape(ins[0]);
                 let (t, c) = (xs[0], xs[1]);
                 let kw = shape(ins[1])[1];
                 let x = self.res(ins[0]);
                 let (w, wt) = self.whole(op, ins[1])?;
-                let st = self.res(ins[2]);
-                let y = self.res(outs[0]);
+                // The tree form binds (parent, state, per-row states) where the step binds
+                // the state.
+                let mut binds = vec![x, w];
+                binds.extend(ins[2..].iter().map(|i| self.res(*i)));
+                binds.push(self.res(outs[0]));
                 let (groups, gx) = grid(c.div_ceil(64));
                 self.step(
-                    ShaderKey::new("conv").dq("W", wt),
+                    ShaderKey::new("conv").flag_if(tree, "TREE").dq("W", wt),
                     p(&[u(t)?, u(c)?, u(kw)?, gx * 64]),
-                    vec![x, w, st, y],
+                    binds,
                     groups,
                 );
             }
-            Op::GatedDeltaNet(gp) => {
+            Op::GatedDeltaNet(gp) | Op::GatedDeltaNetTree(gp) => {
+                let tree = matches!(op, Op::GatedDeltaNetTree(_));
                 let t = shape(ins[0])[0];
                 let wg = if gp.dv <= 32 {
                     32
@@ -403,15 +408,16 @@ impl Ctx<'_> {
                 let (qkv, b, a) = (self.res(ins[0]), self.res(ins[1]), self.res(ins[2]));
                 let (sa, sat) = self.whole(op, ins[3])?;
                 let (dt, dtt) = self.whole(op, ins[4])?;
-                let st = self.res(ins[5]);
-                let o = self.res(outs[0]);
+                let mut binds = vec![qkv, b, a, sa, dt];
+                binds.extend(ins[5..].iter().map(|i| self.res(*i)));
+                binds.push(self.res(outs[0]));
                 let q_scale = (1.0 / (gp.dk as f64).sqrt()) as f32;
                 let map = match gp.head_map {
                     HeadMap::Tiled => 0,
                     HeadMap::Grouped => 1,
                 };
                 self.step(
-                    shaders::gdn_key(u(gp.dk)?, wg, sat, dtt),
+                    shaders::gdn_key(u(gp.dk)?, wg, sat, dtt).flag_if(tree, "TREE"),
                     p(&[
                         u(t)?,
                         u(gp.nk)?,
@@ -422,7 +428,7 @@ impl Ctx<'_> {
                         gp.l2_eps.to_bits(),
                         q_scale.to_bits(),
                     ]),
-                    vec![qkv, b, a, sa, dt, st, o],
+                    binds,
                     [u(gp.nv)?, u(gp.dv.div_ceil(wg as usize))?, 1],
                 );
             }
@@ -471,14 +477,18 @@ impl Ctx<'_> {
                     groups,
                 );
             }
-            Op::Attention(_) | Op::AttentionNonCausal { .. } => {
+            Op::Attention(_) | Op::AttentionNonCausal { .. } | Op::AttentionTree(_) => {
                 let (ap, mode, window) = match op {
                     Op::AttentionNonCausal { attn, window } => (attn, 1, *window),
                     Op::Attention(ap) => (ap, 0, 0),
+                    Op::AttentionTree(ap) => (ap, 2, 0),
                     _ => return Err(unsupported(op, "not an attention op")),
                 };
+                let tree = mode == 2;
+                // The tree form has its mask at 4 and the caches after it.
+                let kc = if tree { 5 } else { 4 };
                 let t = shape(ins[0])[0];
-                let cap = shape(ins[4])[0];
+                let cap = shape(ins[kc])[0];
                 let (nh, nkv, hd) = (ap.n_heads, ap.n_kv_heads, ap.head_dim);
                 self.check_input(ins[3], cap, "position");
                 let splits = cap.div_ceil(256).clamp(1, 32);
@@ -488,16 +498,19 @@ impl Ctx<'_> {
                 } else {
                     t * nh * splits * (hd + 2) * 4
                 });
-                let binds: Vec<Res> = vec![
+                let mut binds: Vec<Res> = vec![
                     self.res(ins[0]),
                     self.res(ins[1]),
                     self.res(ins[2]),
                     self.res(ins[3]),
-                    self.res(ins[4]),
-                    self.res(ins[5]),
+                    self.res(ins[kc]),
+                    self.res(ins[kc + 1]),
                     part,
                     self.res(outs[0]),
                 ];
+                if tree {
+                    binds.push(self.res(ins[4]));
+                }
                 let (wgroups, gx) = grid((t * nkv * hd).div_ceil(shaders::ATTN_WG as usize));
                 let params = p(&[
                     u(t)?,
@@ -516,20 +529,20 @@ impl Ctx<'_> {
                 }
                 let hd32 = u(hd)?;
                 self.step(
-                    shaders::attn_key(hd32, fin, "write_kv"),
+                    shaders::attn_key(hd32, fin, "write_kv", tree),
                     params,
                     binds.clone(),
                     wgroups,
                 );
                 self.step(
-                    shaders::attn_key(hd32, fin, "attn"),
+                    shaders::attn_key(hd32, fin, "attn", tree),
                     params,
                     binds.clone(),
                     [u(splits)?, u(nh)?, u(t)?],
                 );
                 if !fin {
                     self.step(
-                        shaders::attn_key(hd32, fin, "combine"),
+                        shaders::attn_key(hd32, fin, "combine", tree),
                         params,
                         binds,
                         [u(nh)?, u(t)?, 1],

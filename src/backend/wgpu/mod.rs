@@ -595,6 +595,47 @@ impl Backend for WgpuBackend {
         self.take_errors()
     }
 
+    fn copy_state_ranges(
+        &mut self,
+        states: StatesId,
+        copies: &[super::StateCopy],
+    ) -> Result<(), BackendError> {
+        let set = self.state_set(states)?;
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        // wgpu copies never read and write one buffer: those go through a bounce buffer.
+        let bounce_len = copies
+            .iter()
+            .filter(|c| c.src == c.dst)
+            .map(|c| c.len)
+            .max()
+            .unwrap_or(0);
+        let bounce = (bounce_len > 0)
+            .then(|| self.buffer("state bounce", (bounce_len * 4) as u64, storage_usage()));
+        for c in copies {
+            let si = set.index(&c.src).ok_or_else(|| Self::missing_state(&c.src))?;
+            let di = set.index(&c.dst).ok_or_else(|| Self::missing_state(&c.dst))?;
+            c.check(set.decls[si].numel(), set.decls[di].numel())
+                .map_err(dev_err)?;
+            if c.len == 0 {
+                continue;
+            }
+            let (so, dso, n) = (
+                (c.src_off * 4) as u64,
+                (c.dst_off * 4) as u64,
+                (c.len * 4) as u64,
+            );
+            match &bounce {
+                Some(b) if si == di => {
+                    enc.copy_buffer_to_buffer(&set.bufs[si], so, b, 0, n);
+                    enc.copy_buffer_to_buffer(b, 0, &set.bufs[di], dso, n);
+                }
+                _ => enc.copy_buffer_to_buffer(&set.bufs[si], so, &set.bufs[di], dso, n),
+            }
+        }
+        self.gpu.queue.submit([enc.finish()]);
+        self.take_errors()
+    }
+
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
         graph.validate()?;
         let caps = lower::Caps {

@@ -333,6 +333,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
             }
         }
         v.push(ShaderKey::new("conv").dq("W", t));
+        v.push(ShaderKey::new("conv").flag("TREE").dq("W", t));
         v.push(gdn_key(64, 64, t, DType::F32));
         v.push(gdn_key(64, 64, DType::F32, t));
     }
@@ -341,6 +342,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     }
     for dk in [16, 128, 256] {
         v.push(gdn_key(dk, 32, DType::F32, DType::F32));
+        v.push(gdn_key(dk, 32, DType::F32, DType::F32).flag("TREE"));
     }
     for op in ["OP_ADD", "OP_SIGMOID_MUL", "OP_SWIGLU"] {
         v.push(ShaderKey::new("elementwise").flag(op));
@@ -351,7 +353,9 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     for hd in [16, 64, 100, 256] {
         for fin in [false, true] {
             for e in ["write_kv", "attn", "combine"] {
-                v.push(attn_key(hd, fin, e));
+                for tree in [false, true] {
+                    v.push(attn_key(hd, fin, e, tree));
+                }
             }
         }
     }
@@ -371,13 +375,15 @@ pub fn gdn_key(dk: u32, wg: u32, sa: DType, dt: DType) -> ShaderKey {
 
 pub const ATTN_WG: u32 = 64;
 
-pub fn attn_key(hd: u32, fin: bool, entry: &'static str) -> ShaderKey {
+/// `tree`: the AttentionTree form (a mask binding after the others).
+pub fn attn_key(hd: u32, fin: bool, entry: &'static str, tree: bool) -> ShaderKey {
     ShaderKey::new("attention")
         .entry(entry)
         .c("WG", ATTN_WG)
         .c("HD_MAX", hd.max(1))
         .c("HD_PT", hd.div_ceil(ATTN_WG).max(1))
         .flag_if(fin, "FINAL")
+        .flag_if(tree, "TREE")
 }
 
 /// Parses and validates a source with naga; returns the module for reflection.

@@ -34,6 +34,20 @@ impl Default for GraphOptions {
     }
 }
 
+/// The extra inputs of a tree (or per-token-state chain) verify step; see
+/// [`Qwen35::tree_graph`].
+#[derive(Clone, Copy)]
+struct Tree {
+    /// `kv_rows i32 [T]`: cache rows of the new K/V (consecutive).
+    kv_rows: TensorId,
+    /// `parent i32 [T]`.
+    parent: TensorId,
+    /// `mask i32 [T, T]`: ancestor-or-self.
+    mask: TensorId,
+    /// Rows of the per-row state buffers.
+    rows: usize,
+}
+
 struct Ctx<'a> {
     m: &'a Qwen35,
     b: GraphBuilder,
@@ -41,6 +55,7 @@ struct Ctx<'a> {
     /// KV rows of the attention states.
     cap: usize,
     pos: TensorId,
+    tree: Option<Tree>,
 }
 
 impl Ctx<'_> {
@@ -86,7 +101,12 @@ impl Ctx<'_> {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
         };
-        let a = self.b.attention(p, q, k, v, self.pos, kc, vc)?;
+        let a = match self.tree {
+            None => self.b.attention(p, q, k, v, self.pos, kc, vc)?,
+            Some(tr) => self
+                .b
+                .attention_tree(p, q, k, v, tr.kv_rows, tr.mask, kc, vc)?,
+        };
         let a = self.b.sigmoid_mul(a, gate)?;
         let a = self.b.reshape(a, &[t, nh * hd])?;
         self.lin(a, &blk(i, "attn_output.weight"))
@@ -111,13 +131,37 @@ impl Ctx<'_> {
         let conv_state = self
             .b
             .state(&names::conv_state(i), &[kconv - 1, p.conv_dim()])?;
-        let qkv = self.b.conv_step(qkv, conv_w, conv_state)?;
         let ssm_a = self.w(&blk(i, "ssm_a"))?;
         let dt_bias = self.w(&blk(i, "ssm_dt.bias"))?;
         let ssm_state = self.b.state(&names::ssm_state(i), &[p.nv, p.dk, p.dv])?;
-        let o = self
-            .b
-            .gated_delta_net(p, qkv, beta, alpha, ssm_a, dt_bias, ssm_state)?;
+        let o = match self.tree {
+            None => {
+                let qkv = self.b.conv_step(qkv, conv_w, conv_state)?;
+                self.b
+                    .gated_delta_net(p, qkv, beta, alpha, ssm_a, dt_bias, ssm_state)?
+            }
+            Some(tr) => {
+                let conv_tok = self.b.state(
+                    &names::conv_tokens(i),
+                    &[tr.rows, kconv - 1, p.conv_dim()],
+                )?;
+                let qkv = self
+                    .b
+                    .conv_tree(qkv, conv_w, tr.parent, conv_state, conv_tok)?;
+                let ssm_tok = self
+                    .b
+                    .state(&names::ssm_tokens(i), &[tr.rows, p.nv, p.dk, p.dv])?;
+                self.b.gated_delta_net_tree(
+                    p,
+                    qkv,
+                    beta,
+                    alpha,
+                    ssm_a,
+                    dt_bias,
+                    (tr.parent, ssm_state, ssm_tok),
+                )?
+            }
+        };
         let z = self.b.reshape(z, &[t, p.nv, p.dv])?;
         let norm_w = self.w(&blk(i, "ssm_norm.weight"))?;
         let y = self.b.gated_rms_norm(o, z, norm_w, eps)?;
@@ -142,18 +186,56 @@ impl Qwen35 {
         ctx: usize,
         opts: &GraphOptions,
     ) -> Result<Graph, ModelError> {
+        self.graph(t, ctx, opts, None)
+    }
+
+    /// The graph of a verify step over a tree of `t` rows (a chain is the tree whose row i
+    /// has parent i − 1), for states that also hold [`crate::state::token_layout`] with
+    /// `rows ≥ t` rows. Inputs: `ids`, `pos` (RoPE positions: committed length + depth),
+    /// `kv_rows` (cache rows: committed length + row index), `parent` (−1 for the root) and
+    /// `mask` `[t, t]` (1 where column j is an ancestor of row i or i itself). Attention sees
+    /// the committed context and the row's ancestors; conv and DeltaNet continue from the
+    /// parent's state, and write every row's state to the per-row buffers without touching
+    /// the live state (committing is a copy: [`crate::model::Session::commit_tree`]).
+    pub fn tree_graph(
+        &self,
+        t: usize,
+        ctx: usize,
+        rows: usize,
+        opts: &GraphOptions,
+    ) -> Result<Graph, ModelError> {
+        self.graph(t, ctx, opts, Some(rows))
+    }
+
+    fn graph(
+        &self,
+        t: usize,
+        ctx: usize,
+        opts: &GraphOptions,
+        tree_rows: Option<usize>,
+    ) -> Result<Graph, ModelError> {
         if t == 0 {
             return Err(GraphError::Invalid("a step needs at least one token".into()).into());
         }
         let mut b = GraphBuilder::new();
         let ids = b.input("ids", DType::I32, &[t])?;
         let pos = b.input("pos", DType::I32, &[t])?;
+        let tree = match tree_rows {
+            None => None,
+            Some(rows) => Some(Tree {
+                kv_rows: b.input("kv_rows", DType::I32, &[t])?,
+                parent: b.input("parent", DType::I32, &[t])?,
+                mask: b.input("mask", DType::I32, &[t, t])?,
+                rows,
+            }),
+        };
         let mut cx = Ctx {
             m: self,
             b,
             t,
             cap: ctx,
             pos,
+            tree,
         };
         let c = &self.cfg;
 

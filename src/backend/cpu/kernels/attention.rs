@@ -24,11 +24,14 @@ pub(super) struct Caches<'a> {
 
 /// Which cache rows a query sees.
 #[derive(Clone, Copy, Debug)]
-pub(super) enum Mask {
+pub(super) enum Mask<'a> {
     /// Query t sees rows `0 ..= pos[t]`.
     Causal,
     /// Every query sees rows `0 ..= max(pos)`, within `|pos[t] − j| ≤ window` if `window > 0`.
     NonCausal { window: usize },
+    /// A draft tree (`Op::AttentionTree`): the new rows are consecutive from `pos[0]`; query t
+    /// sees rows `0 .. pos[0]` and the new rows `pos[0] + j` with `mask[t·T + j] ≠ 0`.
+    Tree { mask: &'a [i32] },
 }
 
 /// Writes each new k/v row into cache row `pos[t]`, then query t attends to cache rows
@@ -61,6 +64,18 @@ pub(super) fn attention(
             format!("position {bad} of token {t} is outside the cache of {cap} rows"),
         ));
     }
+    let t_n = new.pos.len();
+    if let Mask::Tree { .. } = mask
+        && let Some(t) = (1..t_n).find(|&t| new.pos[t] != new.pos[0] + t as i32)
+    {
+        return Err(bad_input(
+            new.pos_decl,
+            format!(
+                "tree rows must be consecutive: row {t} is at {}, the first at {}",
+                new.pos[t], new.pos[0]
+            ),
+        ));
+    }
     for ((kr, vr), p) in new
         .k
         .chunks_exact(row)
@@ -81,6 +96,15 @@ pub(super) fn attention(
             Mask::Causal => (0, p + 1),
             Mask::NonCausal { window: 0 } => (0, max_pos + 1),
             Mask::NonCausal { window } => (p.saturating_sub(window), (p + window).min(max_pos) + 1),
+            Mask::Tree { .. } => (0, p + 1),
+        }
+    };
+    // Whether query t sees cache row j of its range (only trees skip rows inside it).
+    let base = new.pos.first().map_or(0, |p| *p as usize);
+    let sees = |t: usize, j: usize| -> bool {
+        match mask {
+            Mask::Tree { mask } => j < base || mask[t * t_n + (j - base)] != 0,
+            _ => true,
         }
     };
 
@@ -95,7 +119,15 @@ pub(super) fn attention(
 
             // Scores as HF's eager path forms them: (q·k) then the scale.
             scores.clear();
-            scores.extend((lo..hi).map(|j| dot(q, &k_cache[j * row + kv_off..][..hd]) * p.scale));
+            // A hidden row scores −∞: its weight is exactly 0, so the sums equal those over
+            // the visible rows alone (in the same order).
+            scores.extend((lo..hi).map(|j| {
+                if sees(t, j) {
+                    dot(q, &k_cache[j * row + kv_off..][..hd]) * p.scale
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }));
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0f32;
             for s in scores.iter_mut() {

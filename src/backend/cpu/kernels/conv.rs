@@ -36,3 +36,43 @@ pub(super) fn conv_step(
     }
     state.copy_from_slice(&xin[steps * channels..]);
 }
+
+/// [`conv_step`] over a tree of rows (`Op::ConvTree`): row t's window is its parent's conv
+/// state (`tokens[parent[t]]`, or `state` for `parent[t] < 0`) followed by `x[t]`, and its
+/// own conv state (the window's last K − 1 rows) goes to `tokens[t]`. For a chain
+/// (`parent[t] = t − 1`) the outputs and the last row's state equal [`conv_step`]'s.
+/// `parent` was checked (`parent[t] < t`).
+pub(super) fn conv_tree(
+    x: &[f32],
+    w: &[f32],
+    channels: usize,
+    width: usize,
+    parent: &[i32],
+    state: &[f32],
+    tokens: &mut [f32],
+    y: &mut [f32],
+) {
+    let hist = (width - 1) * channels;
+    let mut win = vec![0.0f32; width * channels];
+    for (t, (xr, out)) in x
+        .chunks_exact(channels)
+        .zip(y.chunks_exact_mut(channels))
+        .enumerate()
+    {
+        let prev = match usize::try_from(parent[t]) {
+            Ok(p) => &tokens[p * hist..(p + 1) * hist],
+            Err(_) => state,
+        };
+        win[..hist].copy_from_slice(prev);
+        win[hist..].copy_from_slice(xr);
+        for (c, o) in out.iter_mut().enumerate() {
+            let taps = &w[c * width..(c + 1) * width];
+            let mut acc = 0.0f32;
+            for (j, wj) in taps.iter().enumerate() {
+                acc += wj * win[j * channels + c];
+            }
+            *o = silu(acc);
+        }
+        tokens[t * hist..(t + 1) * hist].copy_from_slice(&win[channels..]);
+    }
+}

@@ -133,6 +133,37 @@ fn two_outs<'o>(
     }
 }
 
+/// The `parent` input of a tree op at `i`, checked: every row's parent comes before it.
+fn tree_parents<'a>(ins: &Inputs<'_, 'a>, i: usize) -> Result<&'a [i32], BackendError> {
+    let parent = ins.i32(i)?;
+    if let Some((t, p)) = parent
+        .iter()
+        .enumerate()
+        .find(|(t, p)| **p >= 0 && **p as usize >= *t)
+    {
+        return Err(bad_input(
+            ins.decl(i)?,
+            format!("row {t} has parent {p}: parents must come before their rows"),
+        ));
+    }
+    Ok(parent)
+}
+
+/// The (read-only state, per-row buffer) pair of a tree op; the state holds `len` values.
+fn tree_states<'s>(
+    op: &Op,
+    states: &'s mut [&mut [f32]],
+    len: usize,
+) -> Result<(&'s [f32], &'s mut [f32]), BackendError> {
+    match states {
+        [s, tokens] if s.len() == len && tokens.len() % len.max(1) == 0 => Ok((s, tokens)),
+        _ => Err(internal(
+            op,
+            format!("expects a state of {len} values and its per-row buffer"),
+        )),
+    }
+}
+
 fn one_state<'s>(
     op: &Op,
     states: &'s mut [&mut [f32]],
@@ -226,6 +257,31 @@ pub fn run_node(
             conv::conv_step(x, &w, channels, width, state, one_out(op, outs)?);
             Ok(())
         }
+        Op::ConvTree => {
+            let x = ins.f32(0)?;
+            let (channels, width) = (ins.shape(1)?[0], ins.shape(1)?[1]);
+            let w = ins.weight(1)?.to_vec(channels * width)?;
+            let parent = tree_parents(&ins, 2)?;
+            let (state, tokens) = tree_states(op, states, (width - 1) * channels)?;
+            conv::conv_tree(x, &w, channels, width, parent, state, tokens, one_out(op, outs)?);
+            Ok(())
+        }
+        Op::GatedDeltaNetTree(p) => {
+            let (qkv, b, a) = (ins.f32(0)?, ins.f32(1)?, ins.f32(2)?);
+            let ssm_a = ins.weight(3)?.to_vec(p.nv)?;
+            let dt_bias = ins.weight(4)?.to_vec(p.nv)?;
+            let parent = tree_parents(&ins, 5)?;
+            let (state, tokens) = tree_states(op, states, p.nv * p.dk * p.dv)?;
+            let gates = gdn::Gates {
+                b,
+                a,
+                ssm_a: &ssm_a,
+                dt_bias: &dt_bias,
+            };
+            let o = one_out(op, outs)?;
+            gdn::gated_delta_net_tree(p, qkv, &gates, parent, state, tokens, o);
+            Ok(())
+        }
         Op::GatedDeltaNet(p) => {
             let (qkv, b, a) = (ins.f32(0)?, ins.f32(1)?, ins.f32(2)?);
             let ssm_a = ins.weight(3)?.to_vec(p.nv)?;
@@ -266,14 +322,21 @@ pub fn run_node(
             rope::rope(ins.f32(0)?, ins.i32(1)?, &geom, one_out(op, outs)?);
             Ok(())
         }
-        Op::Attention(_) | Op::AttentionNonCausal { .. } => {
+        Op::Attention(_) | Op::AttentionNonCausal { .. } | Op::AttentionTree(_) => {
             let (p, mask) = match op {
                 Op::AttentionNonCausal { attn, window } => {
                     (attn, attention::Mask::NonCausal { window: *window })
                 }
                 Op::Attention(p) => (p, attention::Mask::Causal),
+                Op::AttentionTree(p) => (
+                    p,
+                    attention::Mask::Tree {
+                        mask: ins.i32(4)?,
+                    },
+                ),
                 _ => return Err(internal(op, "not an attention op")),
             };
+            let cache = if matches!(op, Op::AttentionTree(_)) { 5 } else { 4 };
             let new = attention::NewRows {
                 q: ins.f32(0)?,
                 k: ins.f32(1)?,
@@ -281,7 +344,7 @@ pub fn run_node(
                 pos: ins.i32(3)?,
                 pos_decl: ins.decl(3)?,
             };
-            let cache_len = ins.decl(4)?.numel();
+            let cache_len = ins.decl(cache)?.numel();
             let caches = match states {
                 [k, v] if k.len() == cache_len && v.len() == cache_len => {
                     attention::Caches { k, v }
