@@ -50,8 +50,8 @@ pub struct Args {
     /// Drafts per round at most (default: the drafter's block size − 1).
     #[arg(long)]
     pub max_draft: Option<usize>,
-    /// Rollback mode: snapshot or recurrent-host.
-    #[arg(long, default_value = "snapshot")]
+    /// Rollback mode: per-token (default), snapshot or recurrent-host.
+    #[arg(long, default_value = "per-token")]
     pub rollback: String,
     /// Untimed runs of each kind first (graph compilation, caches).
     #[arg(long, default_value_t = 1)]
@@ -161,6 +161,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 
     let backend_name = be.name();
     let mut s = Session::new(&m, be.as_mut(), prompt.len() + a.n)?;
+    // Per-row verify states are part of the state set: allocate them before the snapshot that
+    // every run restores.
+    crate::spec::Rollback::new(rollback)?.prepare(&mut s, cfg.max_draft.min(block - 1) + 1)?;
     let fresh = s.snapshot()?;
     let result = (|| -> anyhow::Result<(ArRun, SpecOutput, String)> {
         for _ in 0..a.warmup {

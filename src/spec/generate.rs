@@ -58,7 +58,7 @@ impl Default for SpecConfig {
             stop: None,
             mode: SpecMode::Chain,
             max_draft: usize::MAX,
-            rollback: RollbackMode::SnapshotReplay,
+            rollback: RollbackMode::default(),
             sampling: Sampling::greedy(),
             seed: 0,
         }

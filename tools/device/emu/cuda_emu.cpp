@@ -51,7 +51,8 @@ const std::vector<Entry>& table() {
         DS_FOR_EACH_WTYPE(MM)                                                      //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
-        K(rope) K(conv_step) K(gdn_dk64) K(gdn_dk128) K(gdn_any)                   //
+        K(rope) K(conv_step) K(conv_tree) K(gdn_dk64) K(gdn_dk128) K(gdn_any)      //
+        K(gdn_dk64_tree) K(gdn_dk128_tree) K(gdn_any_tree)                         //
         K(kv_write) K(attn_hd1) K(attn_hd2) K(attn_hd4) K(attn_hd8) K(attn_combine) //
         K(argmax_f32) K(top_k_f32)};
     return t;
