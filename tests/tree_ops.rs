@@ -83,7 +83,10 @@ fn data(p: GdnParams, seed: u64) -> Data {
     let ap = attn();
     let (nh, nkv, hd) = (ap.n_heads, ap.n_kv_heads, ap.head_dim);
     let mut w = WeightStore::default();
-    w.insert("conv.w", HostTensor::from_f32(&[cd, K], &rng.vec_normal(cd * K, 0.5)));
+    w.insert(
+        "conv.w",
+        HostTensor::from_f32(&[cd, K], &rng.vec_normal(cd * K, 0.5)),
+    );
     let ssm_a: Vec<f32> = (0..p.nv).map(|_| -rng.range(0.05, 1.5)).collect();
     w.insert("ssm_a", HostTensor::from_f32(&[p.nv], &ssm_a));
     let dt: Vec<f32> = (0..p.nv).map(|_| rng.range(0.5, 1.5)).collect();
@@ -106,7 +109,10 @@ fn data(p: GdnParams, seed: u64) -> Data {
             StateDecl::new("conv_tok", &[t + 2, K - 1, cd]),
             vec![f32::NAN; (t + 2) * (K - 1) * cd],
         ),
-        (StateDecl::new("ssm", &[p.nv, p.dk, p.dv]), rng.vec_normal(hs, 0.3)),
+        (
+            StateDecl::new("ssm", &[p.nv, p.dk, p.dv]),
+            rng.vec_normal(hs, 0.3),
+        ),
         (
             StateDecl::new("ssm_tok", &[t + 2, p.nv, p.dk, p.dv]),
             vec![f32::NAN; (t + 2) * hs],
@@ -205,7 +211,10 @@ fn run(be: &mut dyn Backend, d: &Data, rows: &[usize], tree: bool) -> Run {
         ("q", HostData::F32(pick(&d.q, rows))),
         ("k", HostData::F32(pick(&d.k, rows))),
         ("v", HostData::F32(pick(&d.v, rows))),
-        ("pos", HostData::I32((0..t).map(|i| (BASE + i) as i32).collect())),
+        (
+            "pos",
+            HostData::I32((0..t).map(|i| (BASE + i) as i32).collect()),
+        ),
     ];
     if tree {
         inputs.push(("parent", HostData::I32(PARENTS.to_vec())));
@@ -213,7 +222,14 @@ fn run(be: &mut dyn Backend, d: &Data, rows: &[usize], tree: bool) -> Run {
     }
     let exe = be.compile(&g).unwrap();
     let outs = be.run(exe, w, st, &inputs).unwrap();
-    let get = |n: &str| outs.iter().find(|(x, _)| x == n).unwrap().1.to_f32().unwrap();
+    let get = |n: &str| {
+        outs.iter()
+            .find(|(x, _)| x == n)
+            .unwrap()
+            .1
+            .to_f32()
+            .unwrap()
+    };
     let states = decls
         .iter()
         .map(|s| (s.name.clone(), be.read_state(st, &s.name).unwrap()))
@@ -239,7 +255,12 @@ fn cpu_tree_rows_equal_the_plain_ops_over_their_paths() {
         let (ow, aw) = (p.nv * p.dv, ap.n_heads * ap.head_dim);
         let (cw, sw) = ((K - 1) * p.conv_dim(), p.nv * p.dk * p.dv);
         let mut cpu = backend::create("cpu").unwrap();
-        let tree = run(cpu.as_mut(), &d, &(0..PARENTS.len()).collect::<Vec<_>>(), true);
+        let tree = run(
+            cpu.as_mut(),
+            &d,
+            &(0..PARENTS.len()).collect::<Vec<_>>(),
+            true,
+        );
         for (name, init) in [("conv", &d.states[0].1), ("ssm", &d.states[2].1)] {
             assert_eq!(tree.state(name), &init[..], "{name} must stay untouched");
         }
@@ -340,10 +361,17 @@ fn copy_state_ranges_moves_rows_and_refuses_bad_ranges() {
     };
     cpu.copy_state_ranges(st, &[c("a", 4, "a", 1, 2), c("a", 0, "b", 2, 2)])
         .unwrap();
-    assert_eq!(cpu.read_state(st, "a").unwrap(), vec![0., 4., 5., 3., 4., 5.]);
+    assert_eq!(
+        cpu.read_state(st, "a").unwrap(),
+        vec![0., 4., 5., 3., 4., 5.]
+    );
     assert_eq!(cpu.read_state(st, "b").unwrap(), vec![0., 0., 0., 4.]);
-    let e = cpu.copy_state_ranges(st, &[c("a", 5, "b", 0, 2)]).unwrap_err();
+    let e = cpu
+        .copy_state_ranges(st, &[c("a", 5, "b", 0, 2)])
+        .unwrap_err();
     assert!(e.to_string().contains("out of range"), "{e}");
-    let e = cpu.copy_state_ranges(st, &[c("a", 0, "a", 1, 2)]).unwrap_err();
+    let e = cpu
+        .copy_state_ranges(st, &[c("a", 0, "a", 1, 2)])
+        .unwrap_err();
     assert!(e.to_string().contains("overlaps"), "{e}");
 }

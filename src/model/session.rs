@@ -1,8 +1,8 @@
 //! One sequence running on a backend: its states, its position, and compiled step graphs
 //! cached by shape.
 
-use super::qwen35::{GraphOptions, LogitRows};
 use super::qwen35::names;
+use super::qwen35::{GraphOptions, LogitRows};
 use super::{ModelError, Qwen35};
 use crate::backend::{Backend, ExecId, HostData, StateCopy, StateDecl, StatesId, WeightsId};
 use crate::state::Snapshot;

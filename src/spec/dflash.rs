@@ -266,6 +266,55 @@ impl Drafter for DFlashDrafter {
     }
 
     fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
+        let (out, n) = self.run_draft(env, req)?;
+        if req.sampling.is_greedy() {
+            return Ok(Draft::greedy(out.tokens[..n].to_vec()));
+        }
+        self.sample(env, req, &out, n)
+    }
+
+    /// Top-k of each block row's logits (the DSpark-corrected ones when the head is on). The
+    /// block is drafted in one parallel forward, so a position's candidates do not depend on
+    /// the tokens before it: one list per depth serves every branch of the tree.
+    fn propose_topk(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+        let (out, n) = self.run_draft(env, req)?;
+        let vocab = env.target.cfg.vocab;
+        if out.logits.len() < n * vocab {
+            return Err(drafter_err(format!(
+                "{} logits for {n} positions over a vocab of {vocab}",
+                out.logits.len()
+            )));
+        }
+        Ok(out
+            .logits
+            .chunks_exact(vocab)
+            .take(n)
+            .zip(&out.tokens)
+            .map(|(row, &tok)| {
+                let mut c = super::top_logprobs(row, k.max(1));
+                // The chain's token leads (equal to the argmax but for exact ties).
+                if let Some(i) = c.iter().position(|(t, _)| *t == tok) {
+                    let e = c.remove(i);
+                    c.insert(0, e);
+                }
+                c
+            })
+            .collect())
+    }
+}
+
+impl DFlashDrafter {
+    /// Runs the draft graph for `req`: the block's output and how many proposals to use.
+    fn run_draft(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+    ) -> Result<(crate::model::draft::DraftOutput, usize), SpecError> {
         let bsz = self.model.cfg.block_size;
         let p = self.parts()?;
         let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
@@ -282,9 +331,17 @@ impl Drafter for DFlashDrafter {
         self.pending_rows = 0;
 
         let n = req.max.min(bsz - 1).min(out.tokens.len());
-        if req.sampling.is_greedy() {
-            return Ok(Draft::greedy(out.tokens[..n].to_vec()));
-        }
+        Ok((out, n))
+    }
+
+    /// T > 0: the proposals drawn from the drafter's distribution, with it.
+    fn sample(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+        out: &crate::model::draft::DraftOutput,
+        n: usize,
+    ) -> Result<Draft, SpecError> {
         // T > 0: draw each proposal from the drafter's own distribution under the target's
         // temperature / top-p. The block's rows are computed in one parallel forward, so q_i
         // does not depend on the drawn d_{<i}; it is still a fixed distribution given the

@@ -20,6 +20,9 @@ pub enum SpecMode {
     Chain,
     /// The adaptive policy decides per step.
     Adaptive(PolicyConfig),
+    /// A DDTree round every step ([`super::tree`]), with at most `budget` draft nodes
+    /// (greedy only).
+    Tree { budget: usize },
 }
 
 impl SpecMode {
@@ -28,6 +31,7 @@ impl SpecMode {
             SpecMode::Off => "off",
             SpecMode::Chain => "chain",
             SpecMode::Adaptive(_) => "adaptive",
+            SpecMode::Tree { .. } => "tree",
         }
     }
 }
@@ -256,7 +260,20 @@ pub fn generate_spec(
         return Ok(res);
     }
     let mut rollback = Rollback::new(cfg.rollback)?;
-    rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?;
+    let tree_budget = match cfg.mode {
+        SpecMode::Tree { budget } => Some(budget.max(1)),
+        _ => None,
+    };
+    match tree_budget {
+        Some(_) if !cfg.sampling.is_greedy() => {
+            return Err(SpecError::Unsupported(
+                "tree speculation is greedy only; use --spec chain with --temperature".into(),
+            ));
+        }
+        // Every tree row needs a per-row state (and the root one more).
+        Some(b) => s.reserve_tree_rows(b + 1)?,
+        None => rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?,
+    }
     let mut policy = match &cfg.mode {
         SpecMode::Adaptive(p) => Some(AdaptivePolicy::new(p.clone())),
         _ => None,
@@ -285,6 +302,10 @@ pub fn generate_spec(
             let mut stats = if spec && max > 0 {
                 let t = Instant::now();
                 let r: ChainRound = match &mut sampler {
+                    None if tree_budget.is_some() => {
+                        let budget = tree_budget.unwrap_or(1);
+                        super::tree::tree_round(s, drafter, root, max, budget)?
+                    }
                     None => {
                         chain_round_with(s, drafter, &mut rollback, root, max, &mut Accept::Greedy)?
                     }

@@ -10,6 +10,7 @@
 //! - [`sample`]: temperature / top-p sampling and the speculative-sampling accept rule.
 //! - [`dflash`]: the DFlash / DSpark drafter ([`crate::model::draft`]) behind [`Drafter`].
 //! - [`replay`]: the benchmark-only replay drafter (acceptance profiles on random models).
+//! - [`tree`]: DDTree speculation (best-first draft tree, one verify with an ancestor mask).
 //! - [`testing`]: drafters for tests only (injected continuations, random garbage).
 //!
 //! Background: `shared/notes/speculation.md` §1–§4.
@@ -20,6 +21,7 @@ pub mod generate;
 pub mod replay;
 pub mod sample;
 pub mod testing;
+pub mod tree;
 
 pub use chain::{Accept, ChainRound, Rollback, RollbackMode, chain_round, chain_round_with};
 pub use generate::{SpecConfig, SpecMode, SpecOutput, StepKind, StepStats, generate_spec, prefill};
@@ -198,6 +200,40 @@ pub trait Drafter {
 
     /// Proposes up to `req.max` tokens that follow `req.root`, given the committed context.
     fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError>;
+
+    /// For tree speculation ([`tree`]): the drafter's `k` best candidates at each of up to
+    /// `req.max` positions after the root, as (token, log-probability), best first (greedy
+    /// `req.sampling`). Position i's first candidate is the chain `propose` gives. The
+    /// default has no distribution to offer: the proposed chain with log-probability 0 (a
+    /// tree that is that chain).
+    fn propose_topk(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+        let _ = k;
+        let d = self.propose(env, req)?;
+        Ok(d.tokens.iter().map(|&t| vec![(t, 0.0)]).collect())
+    }
+}
+
+/// The `k` best entries of a logits row as (index, log-softmax), best first (ties: lower
+/// index first).
+pub fn top_logprobs(row: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f32>().ln();
+    let mut idx: Vec<u32> = (0..row.len() as u32).collect();
+    let k = k.min(row.len());
+    let by = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    if k < idx.len() && k > 0 {
+        idx.select_nth_unstable_by(k - 1, by);
+    }
+    idx.truncate(k);
+    idx.sort_by(by);
+    idx.into_iter()
+        .map(|i| (i, row[i as usize] - lse))
+        .collect()
 }
 
 /// Builds the environment for a drafter call from a session.

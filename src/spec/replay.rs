@@ -164,10 +164,40 @@ impl Drafter for ReplayDrafter {
     fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
         // Full cost: the real drafter runs; its proposal is discarded.
         let real = self.inner.propose(env, req)?;
+        Ok(self.replace(req).unwrap_or(real))
+    }
+
+    /// Tree speculation: the real drafter's candidates (full cost), with the replayed chain
+    /// put first at every depth; the other candidates stay as the tree's side branches.
+    fn propose_topk(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+        let mut real = self.inner.propose_topk(env, req, k)?;
+        let Some(chain) = self.replace(req) else {
+            return Ok(real);
+        };
+        real.resize(chain.tokens.len().max(real.len()), Vec::new());
+        real.truncate(chain.tokens.len());
+        for (c, &tok) in real.iter_mut().zip(&chain.tokens) {
+            let lead = c.first().map_or(0.0, |x| x.1);
+            c.retain(|(t, _)| *t != tok);
+            c.insert(0, (tok, lead));
+            c.truncate(k.max(1));
+        }
+        Ok(real)
+    }
+}
+
+impl ReplayDrafter {
+    /// The replayed chain for `req` (None off the known continuation).
+    fn replace(&mut self, req: &DraftRequest) -> Option<Draft> {
         let n = req.max.min(self.max_draft());
         let j = self.committed.saturating_sub(self.prompt_len);
         if self.continuation.get(j) != Some(&req.root) {
-            return Ok(real);
+            return None;
         }
         let end = (j + 1 + n).min(self.continuation.len());
         let mut tokens = self.continuation[j + 1..end].to_vec();
@@ -179,7 +209,7 @@ impl Drafter for ReplayDrafter {
         if a < tokens.len() {
             tokens[a] = ((tokens[a] as usize + 1) % self.vocab) as u32;
         }
-        Ok(Draft::greedy(tokens))
+        Some(Draft::greedy(tokens))
     }
 }
 

@@ -151,6 +151,36 @@ impl Drafter for InjectedDrafter {
         }
         Ok(Draft::greedy(tokens))
     }
+
+    /// Tree speculation: at each depth the proposed (possibly corrupted) token first, then,
+    /// where it was corrupted, the true continuation token, then a wrong one; so a tree can
+    /// recover past a corrupted chain token through a side branch.
+    fn propose_topk(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+        let j = self.committed.saturating_sub(self.prompt_len);
+        let chain = self.propose(env, req)?.tokens;
+        Ok(chain
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                let mut c = vec![(t, -0.1)];
+                let truth = self.continuation[j + 1 + i];
+                if truth != t {
+                    c.push((truth, -1.0));
+                }
+                let other = self.wrong(self.wrong(truth));
+                if other != t {
+                    c.push((other, -2.0));
+                }
+                c.truncate(k.max(1));
+                c
+            })
+            .collect())
+    }
 }
 
 /// **Test drafter**: proposes `max` uniformly random tokens every round.

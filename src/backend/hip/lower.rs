@@ -576,10 +576,10 @@ pub(super) fn node(
             let tiled = u32::from(p.head_map == HeadMap::Tiled);
             args.extend([
                 u32_of(t)?,
-                    u32_of(p.nk)?,
-                    u32_of(p.nv)?,
-                    u32_of(p.dk)?,
-                    u32_of(p.dv)?,
+                u32_of(p.nk)?,
+                u32_of(p.nv)?,
+                u32_of(p.dk)?,
+                u32_of(p.dv)?,
                 Arg::U32(tiled),
                 Arg::F32(p.l2_eps),
                 Arg::F32(q_scale),

@@ -612,8 +612,12 @@ impl Backend for WgpuBackend {
         let bounce = (bounce_len > 0)
             .then(|| self.buffer("state bounce", (bounce_len * 4) as u64, storage_usage()));
         for c in copies {
-            let si = set.index(&c.src).ok_or_else(|| Self::missing_state(&c.src))?;
-            let di = set.index(&c.dst).ok_or_else(|| Self::missing_state(&c.dst))?;
+            let si = set
+                .index(&c.src)
+                .ok_or_else(|| Self::missing_state(&c.src))?;
+            let di = set
+                .index(&c.dst)
+                .ok_or_else(|| Self::missing_state(&c.dst))?;
             c.check(set.decls[si].numel(), set.decls[di].numel())
                 .map_err(dev_err)?;
             if c.len == 0 {

@@ -141,10 +141,9 @@ impl Ctx<'_> {
                     .gated_delta_net(p, qkv, beta, alpha, ssm_a, dt_bias, ssm_state)?
             }
             Some(tr) => {
-                let conv_tok = self.b.state(
-                    &names::conv_tokens(i),
-                    &[tr.rows, kconv - 1, p.conv_dim()],
-                )?;
+                let conv_tok = self
+                    .b
+                    .state(&names::conv_tokens(i), &[tr.rows, kconv - 1, p.conv_dim()])?;
                 let qkv = self
                     .b
                     .conv_tree(qkv, conv_w, tr.parent, conv_state, conv_tok)?;

@@ -263,7 +263,16 @@ pub fn run_node(
             let w = ins.weight(1)?.to_vec(channels * width)?;
             let parent = tree_parents(&ins, 2)?;
             let (state, tokens) = tree_states(op, states, (width - 1) * channels)?;
-            conv::conv_tree(x, &w, channels, width, parent, state, tokens, one_out(op, outs)?);
+            conv::conv_tree(
+                x,
+                &w,
+                channels,
+                width,
+                parent,
+                state,
+                tokens,
+                one_out(op, outs)?,
+            );
             Ok(())
         }
         Op::GatedDeltaNetTree(p) => {
@@ -328,15 +337,14 @@ pub fn run_node(
                     (attn, attention::Mask::NonCausal { window: *window })
                 }
                 Op::Attention(p) => (p, attention::Mask::Causal),
-                Op::AttentionTree(p) => (
-                    p,
-                    attention::Mask::Tree {
-                        mask: ins.i32(4)?,
-                    },
-                ),
+                Op::AttentionTree(p) => (p, attention::Mask::Tree { mask: ins.i32(4)? }),
                 _ => return Err(internal(op, "not an attention op")),
             };
-            let cache = if matches!(op, Op::AttentionTree(_)) { 5 } else { 4 };
+            let cache = if matches!(op, Op::AttentionTree(_)) {
+                5
+            } else {
+                4
+            };
             let new = attention::NewRows {
                 q: ins.f32(0)?,
                 k: ins.f32(1)?,

@@ -1,0 +1,283 @@
+//! DDTree speculation (speculation.md §3; Ringel & Romano, `liranringel/ddtree`): a best-first
+//! draft tree under a node budget, verified in one target forward with an ancestor-only mask.
+//!
+//! ```text
+//! cands[d]   = the drafter's top-k (token, log-prob) at depth d + 1      (Drafter::propose_topk)
+//! tree       = root + the top-1 chain (chain seed), then best-first by cumulative log-prob:
+//!              popping a node pushes its next sibling (rank + 1) and its first child (rank 0)
+//! verify     = Session::forward_tree: row i at position base + depth(i), attending to the
+//!              committed context and its ancestors; conv / DeltaNet continue from the parent
+//! accept     = walk from the root along the target's argmax through the children
+//! commit     = the path's K/V rows compacted to base .. base + a, the last row's DeltaNet state
+//! ```
+//! Greedy only: the accepted path is exactly what plain greedy decoding would produce.
+
+use super::chain::ChainRound;
+use super::{DraftRequest, Drafter, Features, Sampling, SpecError, env};
+use crate::model::Session;
+use crate::model::qwen35::{GraphOptions, LogitRows};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+/// A draft tree in depth-first order: row 0 is the root (the last emitted token), every other
+/// row's parent comes before it, and the top-1 chain is rows `0, 1, 2, …`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftTree {
+    pub tokens: Vec<u32>,
+    /// −1 for the root.
+    pub parents: Vec<i32>,
+}
+
+impl DraftTree {
+    /// The children of row `r`, in row order.
+    pub fn children(&self, r: usize) -> impl Iterator<Item = usize> + '_ {
+        (r + 1..self.tokens.len()).filter(move |&c| self.parents[c] == r as i32)
+    }
+
+    /// Walks from the root along `argmax` (the target's choice after each row): returns the
+    /// accepted path of rows (root first) and the bonus token after its last row.
+    pub fn accept(&self, argmax: &[u32]) -> (Vec<usize>, u32) {
+        let mut path = vec![0];
+        loop {
+            let cur = *path.last().expect("non-empty");
+            let want = argmax[cur];
+            match self.children(cur).find(|&c| self.tokens[c] == want) {
+                Some(c) => path.push(c),
+                None => return (path, want),
+            }
+        }
+    }
+}
+
+/// A candidate node of the best-first search.
+struct Cand {
+    score: f32,
+    /// Index of the parent in `nodes`.
+    parent: usize,
+    depth: usize,
+    rank: usize,
+}
+
+impl PartialEq for Cand {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Cand {}
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Cand {
+    /// Higher score first; ties broken towards shallower, then lower-rank nodes (deterministic).
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.score
+            .total_cmp(&o.score)
+            .then(o.depth.cmp(&self.depth))
+            .then(o.rank.cmp(&self.rank))
+            .then(o.parent.cmp(&self.parent))
+    }
+}
+
+/// Builds the best-first tree of at most `budget` draft nodes (plus the root) over the
+/// per-depth candidates `cands[d]` (token, log-prob), sorted best first. The top-1 chain is
+/// inserted first (as deep as the budget allows), then nodes by cumulative log-prob.
+pub fn build_tree(root: u32, cands: &[Vec<(u32, f32)>], budget: usize) -> DraftTree {
+    // nodes: (token, parent, depth, rank, cumulative log-prob); node 0 is the root.
+    let mut nodes: Vec<(u32, usize, usize, usize, f32)> = vec![(root, usize::MAX, 0, 0, 0.0)];
+    let mut heap = BinaryHeap::new();
+    let depth_max = cands.iter().take_while(|c| !c.is_empty()).count();
+    let push =
+        |heap: &mut BinaryHeap<Cand>, parent: usize, depth: usize, rank: usize, base: f32| {
+            if depth <= depth_max
+                && let Some(&(_, lp)) = cands[depth - 1].get(rank)
+            {
+                heap.push(Cand {
+                    score: base + lp,
+                    parent,
+                    depth,
+                    rank,
+                });
+            }
+        };
+    // Chain seed: the top-1 token at every depth; each chain node's next sibling is a
+    // candidate.
+    let mut last = 0;
+    for d in 1..=depth_max.min(budget) {
+        let (tok, lp) = cands[d - 1][0];
+        let base = nodes[last].4;
+        nodes.push((tok, last, d, 0, base + lp));
+        push(&mut heap, last, d, 1, base);
+        last = nodes.len() - 1;
+    }
+    push(&mut heap, last, nodes[last].2 + 1, 0, nodes[last].4);
+    while nodes.len() <= budget {
+        let Some(c) = heap.pop() else { break };
+        let (tok, _) = cands[c.depth - 1][c.rank];
+        let base = nodes[c.parent].4;
+        nodes.push((tok, c.parent, c.depth, c.rank, c.score));
+        let me = nodes.len() - 1;
+        push(&mut heap, c.parent, c.depth, c.rank + 1, base);
+        push(&mut heap, me, c.depth + 1, 0, c.score);
+    }
+    // Depth-first order, children in insertion order (so the chain comes first).
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, n) in nodes.iter().enumerate().skip(1) {
+        children[n.1].push(i);
+    }
+    let mut tree = DraftTree {
+        tokens: Vec::with_capacity(nodes.len()),
+        parents: Vec::with_capacity(nodes.len()),
+    };
+    let mut stack = vec![(0usize, -1i32)];
+    while let Some((n, parent)) = stack.pop() {
+        let row = tree.tokens.len() as i32;
+        tree.tokens.push(nodes[n].0);
+        tree.parents.push(parent);
+        for &c in children[n].iter().rev() {
+            stack.push((c, row));
+        }
+    }
+    tree
+}
+
+/// Candidates per position the tree asks the drafter for.
+pub fn topk_for(budget: usize) -> usize {
+    budget.clamp(1, 8)
+}
+
+/// Runs one greedy tree round after `root`: drafts up to `max_depth` positions, builds the
+/// tree under `budget` nodes, verifies it in one forward, commits the accepted path. On
+/// return the target has processed root + the accepted drafts and the drafter has their
+/// features; the bonus is the next root. Needs [`Session::reserve_tree_rows`] ≥ budget + 1.
+pub fn tree_round(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    root: u32,
+    max_depth: usize,
+    budget: usize,
+) -> Result<ChainRound, SpecError> {
+    let base = s.pos();
+    let room = s.ctx().saturating_sub(base);
+    if room == 0 {
+        return Err(crate::model::ModelError::ContextFull {
+            need: base + 1,
+            cap: s.ctx(),
+        }
+        .into());
+    }
+    // Every row of the tree occupies a cache row during verify.
+    let budget = budget.min(room - 1).min(s.tree_rows().saturating_sub(1));
+    let max_depth = max_depth.min(drafter.max_draft()).min(budget);
+    let layers = drafter.feature_layers();
+    let width = s.model().cfg.hidden;
+
+    let t0 = Instant::now();
+    let tree = if max_depth > 0 {
+        let req = DraftRequest {
+            root,
+            max: max_depth,
+            sampling: Sampling::greedy(),
+        };
+        let mut cands = drafter.propose_topk(&mut env(s), &req, topk_for(budget))?;
+        cands.truncate(max_depth);
+        build_tree(root, &cands, budget)
+    } else {
+        build_tree(root, &[], 0)
+    };
+    let t1 = Instant::now();
+    let opts = GraphOptions {
+        logits: LogitRows::All,
+        argmax: true,
+        capture: layers.clone(),
+    };
+    let out = s.forward_tree(&tree.tokens, &tree.parents, &opts)?;
+    let t2 = Instant::now();
+    let (path, bonus) = tree.accept(&out.argmax);
+    s.commit_tree(&path)?;
+    let t3 = Instant::now();
+
+    let feats = Features::from_step(out.hidden, &layers, base, tree.tokens.len(), width)?;
+    let committed = Features {
+        start: base,
+        rows: path.len(),
+        width,
+        layers: feats
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, (l, _))| {
+                let rows: Vec<f32> = path
+                    .iter()
+                    .flat_map(|&r| feats.row(i, r).iter().copied())
+                    .collect();
+                (*l, rows)
+            })
+            .collect(),
+    };
+    let toks: Vec<u32> = path.iter().map(|&r| tree.tokens[r]).collect();
+    drafter.commit(&mut env(s), &toks, &committed)?;
+    let t4 = Instant::now();
+
+    let mut emitted = toks[1..].to_vec();
+    emitted.push(bonus);
+    Ok(ChainRound {
+        drafted: tree.tokens.len() - 1,
+        accepted: path.len() - 1,
+        emitted,
+        draft_s: (t1 - t0).as_secs_f64(),
+        verify_s: (t2 - t1).as_secs_f64(),
+        rollback_s: (t3 - t2).as_secs_f64(),
+        commit_s: (t4 - t3).as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(list: &[(u32, f32)]) -> Vec<(u32, f32)> {
+        list.to_vec()
+    }
+
+    #[test]
+    fn chain_seed_then_best_first() {
+        let cands = vec![
+            c(&[(10, -0.1), (11, -0.5), (12, -3.0)]),
+            c(&[(20, -2.0), (21, -2.5)]),
+            c(&[(30, -0.1)]),
+        ];
+        let t = build_tree(1, &cands, 5);
+        // Chain 1 → 10 → 20 → 30 first, then 11 (−0.5 beats 21's −2.6 and 20-under-11's −2.5).
+        assert_eq!(t.tokens[..4], [1, 10, 20, 30]);
+        assert_eq!(t.parents[..4], [-1, 0, 1, 2]);
+        assert_eq!(t.tokens.len(), 6);
+        // 11 (depth 1) and then the best of: 21 under 10 (−2.6), 20 under 11 (−2.5).
+        let row11 = t.tokens.iter().position(|&x| x == 11).unwrap();
+        assert_eq!(t.parents[row11], 0);
+        let last = t.tokens.len() - 1;
+        assert_eq!((t.tokens[last], t.parents[last]), (20, row11 as i32));
+        for (i, &p) in t.parents.iter().enumerate().skip(1) {
+            assert!((p as usize) < i, "DFS order");
+        }
+    }
+
+    #[test]
+    fn budget_limits_the_chain_and_accept_walks_children() {
+        let cands = vec![c(&[(5, 0.0), (6, -1.0)]), c(&[(7, 0.0)]), c(&[(8, 0.0)])];
+        let t = build_tree(0, &cands, 2);
+        assert_eq!(t.tokens, vec![0, 5, 7]);
+        let t = build_tree(0, &cands, 4);
+        assert_eq!(t.tokens, vec![0, 5, 7, 8, 6]);
+        // Target: after 0 → 6, after 6 → 9: accepts row 4 (token 6), bonus 9.
+        let mut argmax = vec![6, 0, 0, 0, 9];
+        assert_eq!(t.accept(&argmax), (vec![0, 4], 9));
+        argmax[0] = 5;
+        argmax[1] = 7;
+        argmax[2] = 1;
+        assert_eq!(t.accept(&argmax), (vec![0, 1, 2], 1));
+        assert_eq!(build_tree(3, &[], 8).tokens, vec![3]);
+    }
+}

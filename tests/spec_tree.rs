@@ -1,0 +1,258 @@
+//! DDTree speculation on the tiny fixture models:
+//! - a tree verify gives every row the logits a chain verify of its root-to-row path gives;
+//! - committing an accepted path leaves the state (compacted KV rows, conv and recurrent
+//!   state) equal to the target run over that path;
+//! - greedy output with tree speculation equals plain greedy output for every drafter kind
+//!   (injected, random, the real DFlash fixtures, replay over DFlash), on CPU and wgpu;
+//! - a side branch recovers the true token where the chain was corrupted.
+
+mod common;
+
+use common::{fixtures, rel_err};
+use deltaspec::backend::{self, Backend};
+use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+use deltaspec::model::{LayerKind, Qwen35, Session};
+use deltaspec::spec::dflash::DFlashDrafter;
+use deltaspec::spec::replay::{ReplayDrafter, ReplayProfile};
+use deltaspec::spec::testing::{Corrupt, InjectedDrafter, RandomDrafter};
+use deltaspec::spec::tree::tree_round;
+use deltaspec::spec::{Drafter, SpecConfig, SpecMode, generate_spec, prefill};
+use deltaspec::util::rng::Rng;
+
+fn load(name: &str) -> Qwen35 {
+    Qwen35::load(&fixtures().join("models").join(name)).unwrap()
+}
+
+fn open(name: &str) -> Option<Box<dyn Backend>> {
+    match backend::create(name) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("skipped {name}: {e}");
+            None
+        }
+    }
+}
+
+const PARENTS: &[i32] = &[-1, 0, 1, 2, 1, 0, 5, 3, 0];
+
+fn path(parents: &[i32], i: usize) -> Vec<usize> {
+    let mut p = vec![i];
+    while parents[*p.last().unwrap()] >= 0 {
+        p.push(parents[*p.last().unwrap()] as usize);
+    }
+    p.reverse();
+    p
+}
+
+fn all_logits() -> GraphOptions {
+    GraphOptions {
+        logits: LogitRows::All,
+        argmax: true,
+        capture: Vec::new(),
+    }
+}
+
+fn tree_logits_equal_path_logits(backend_name: &str, tol: f64) {
+    let Some(mut be) = open(backend_name) else {
+        return;
+    };
+    for name in ["tiny-a", "tiny-c"] {
+        let m = load(name);
+        let vocab = m.cfg.vocab;
+        let mut rng = Rng::new(31);
+        let prompt: Vec<u32> = (0..6).map(|_| rng.below(vocab) as u32).collect();
+        let tokens: Vec<u32> = (0..PARENTS.len())
+            .map(|_| rng.below(vocab) as u32)
+            .collect();
+        let ctx = prompt.len() + PARENTS.len() + 1;
+        let mut s = Session::new(&m, be.as_mut(), ctx).unwrap();
+        s.reserve_tree_rows(PARENTS.len()).unwrap();
+        s.forward(&prompt, &all_logits()).unwrap();
+        let fresh = s.snapshot().unwrap();
+        let tree = s.forward_tree(&tokens, PARENTS, &all_logits()).unwrap();
+        for n in 0..PARENTS.len() {
+            let pth = path(PARENTS, n);
+            s.restore(&fresh).unwrap();
+            let toks: Vec<u32> = pth.iter().map(|&r| tokens[r]).collect();
+            let chain = s.forward(&toks, &all_logits()).unwrap();
+            let last = &chain.logits[(pth.len() - 1) * vocab..];
+            let e = rel_err(&tree.logits[n * vocab..(n + 1) * vocab], last);
+            assert!(
+                e <= tol,
+                "{backend_name} {name} row {n} path {pth:?}: rel err {e:e}"
+            );
+            assert_eq!(tree.argmax[n], chain.argmax[pth.len() - 1]);
+        }
+        s.release(fresh).unwrap();
+    }
+}
+
+#[test]
+fn tree_verify_rows_equal_chain_verify_of_their_paths_cpu() {
+    tree_logits_equal_path_logits("cpu", 1e-6);
+}
+
+#[test]
+fn tree_verify_rows_equal_chain_verify_of_their_paths_wgpu() {
+    tree_logits_equal_path_logits("wgpu", 1e-4);
+}
+
+#[test]
+fn committed_tree_path_equals_target_on_the_path() {
+    let m = load("tiny-c");
+    let vocab = m.cfg.vocab;
+    let prompt: Vec<u32> = (0..7).map(|i| (i * 31 + 5) as u32 % vocab as u32).collect();
+    let n = 6;
+    let cont = {
+        let mut be = backend::create("cpu").unwrap();
+        let mut s = Session::new(&m, be.as_mut(), prompt.len() + n + 2).unwrap();
+        s.generate_greedy(&prompt, n + 2, 512, None, |_| {})
+            .unwrap()
+    };
+    let ctx = prompt.len() + 16;
+    for k in 0..n {
+        let mut be = backend::create("cpu").unwrap();
+        let mut s = Session::new(&m, be.as_mut(), ctx).unwrap();
+        s.reserve_tree_rows(12).unwrap();
+        let mut d = InjectedDrafter::new(prompt.len(), cont.clone(), vocab, n, Corrupt::At(k));
+        let root = prefill(&mut s, &mut d, &prompt, 4).unwrap();
+        let r = tree_round(&mut s, &mut d, root, n, 11).unwrap();
+        // The side branch holds the true token at depth k + 1: the tree gets past it.
+        assert!(r.accepted > k, "k={k}: accepted {}", r.accepted);
+        assert_eq!(r.emitted, cont[1..r.accepted + 2].to_vec(), "k={k}");
+        let pos = prompt.len() + r.accepted + 1;
+        assert_eq!(s.pos(), pos);
+
+        let mut be2 = backend::create("cpu").unwrap();
+        let mut r2 = Session::new(&m, be2.as_mut(), ctx).unwrap();
+        let mut all = prompt.clone();
+        all.extend_from_slice(&cont[..r.accepted + 1]);
+        r2.forward(&all, &all_logits()).unwrap();
+        let kv_row = m.cfg.n_kv_heads * m.cfg.head_dim;
+        for (i, kind) in m.cfg.layers.iter().enumerate() {
+            let names = match kind {
+                LayerKind::Attention => {
+                    [deltaspec::state::k_cache(i), deltaspec::state::v_cache(i)]
+                }
+                LayerKind::DeltaNet => [
+                    deltaspec::state::conv_state(i),
+                    deltaspec::state::ssm_state(i),
+                ],
+            };
+            for st in names {
+                let (mut a, mut b) = (s.read_state(&st).unwrap(), r2.read_state(&st).unwrap());
+                if *kind == LayerKind::Attention {
+                    a.truncate(pos * kv_row);
+                    b.truncate(pos * kv_row);
+                }
+                let e = rel_err(&a, &b);
+                assert!(e <= 1e-6, "k={k} {st}: rel err {e:e}");
+            }
+        }
+    }
+}
+
+fn greedy(be: &mut dyn Backend, m: &Qwen35, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut s = Session::new(m, be, prompt.len() + n).unwrap();
+    s.generate_greedy(prompt, n, 512, None, |_| {}).unwrap()
+}
+
+fn tree_spec(
+    be: &mut dyn Backend,
+    m: &Qwen35,
+    d: &mut dyn Drafter,
+    prompt: &[u32],
+    n: usize,
+    budget: usize,
+) -> deltaspec::spec::SpecOutput {
+    let mut s = Session::new(m, be, prompt.len() + n).unwrap();
+    let cfg = SpecConfig {
+        n,
+        chunk: 5,
+        mode: SpecMode::Tree { budget },
+        ..Default::default()
+    };
+    let out = generate_spec(&mut s, d, prompt, &cfg, |_| {}, |_| {}).unwrap();
+    assert_eq!(s.pos(), prompt.len() + out.tokens.len() - 1);
+    out
+}
+
+fn lossless_on(backend_name: &str, prompts: usize, n: usize) {
+    let Some(mut be) = open(backend_name) else {
+        return;
+    };
+    let mut rng = Rng::new(77);
+    for (dname, target) in [("dflash-a", "tiny-a"), ("dflash-b", "tiny-b")] {
+        let m = load(target);
+        let vocab = m.cfg.vocab;
+        let dir = fixtures().join("drafters").join(dname);
+        for p in 0..prompts {
+            let len = 3 + rng.below(12);
+            let prompt: Vec<u32> = (0..len).map(|_| rng.below(vocab) as u32).collect();
+            let want = greedy(be.as_mut(), &m, &prompt, n);
+            let mut drafters: Vec<Box<dyn Drafter>> = vec![
+                Box::new(DFlashDrafter::open(&dir, &m).unwrap()),
+                Box::new(ReplayDrafter::new(
+                    Box::new(DFlashDrafter::open(&dir, &m).unwrap()),
+                    ReplayProfile::Mean(3.0),
+                    prompt.len(),
+                    want.clone(),
+                    vocab,
+                    p as u64,
+                )),
+                Box::new(InjectedDrafter::new(
+                    prompt.len(),
+                    want.clone(),
+                    vocab,
+                    5,
+                    Corrupt::Random {
+                        p: 0.3,
+                        seed: p as u64,
+                    },
+                )),
+                Box::new(RandomDrafter::new(p as u64, vocab, 4)),
+            ];
+            for d in drafters.iter_mut() {
+                for budget in [1, 4, 9] {
+                    let got = tree_spec(be.as_mut(), &m, d.as_mut(), &prompt, n, budget);
+                    assert_eq!(
+                        got.tokens,
+                        want,
+                        "{backend_name} {target} prompt {p} budget {budget} drafter {}",
+                        d.name()
+                    );
+                }
+            }
+        }
+        println!("{backend_name} {dname}/{target}: {prompts} prompts × {n} tokens lossless");
+    }
+}
+
+#[test]
+fn tree_speculation_is_lossless_on_cpu() {
+    lossless_on("cpu", 3, 20);
+}
+
+#[test]
+fn tree_speculation_is_lossless_on_wgpu() {
+    lossless_on("wgpu", 2, 16);
+}
+
+#[test]
+fn tree_with_sampling_is_refused() {
+    let m = load("tiny-a");
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(&m, be.as_mut(), 32).unwrap();
+    let mut d = RandomDrafter::new(1, m.cfg.vocab, 3);
+    let cfg = SpecConfig {
+        n: 4,
+        mode: SpecMode::Tree { budget: 4 },
+        sampling: deltaspec::spec::Sampling {
+            temperature: 0.8,
+            top_p: 1.0,
+        },
+        ..Default::default()
+    };
+    let e = generate_spec(&mut s, &mut d, &[1, 2, 3], &cfg, |_| {}, |_| {}).unwrap_err();
+    assert!(e.to_string().contains("greedy only"), "{e}");
+}
