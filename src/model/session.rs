@@ -236,7 +236,7 @@ impl<'a> Session<'a> {
             &[("ids", HostData::I32(ids)), ("pos", HostData::I32(pos))],
         )?;
         self.pos += t;
-        Ok(Self::output(outs, opts, t)?)
+        Self::output(outs, opts, t)
     }
 
     /// Verifies a tree of `tokens` (row i's parent `parents[i] < i`, −1 for the root, which
@@ -283,7 +283,7 @@ impl<'a> Session<'a> {
                 ("mask", HostData::I32(mask)),
             ],
         )?;
-        Ok(Self::output(outs, opts, t)?)
+        Self::output(outs, opts, t)
     }
 
     /// Commits the rows `path` of the last [`Session::forward_tree`] (a root-to-node path:

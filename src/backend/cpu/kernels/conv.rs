@@ -42,6 +42,7 @@ pub(super) fn conv_step(
 /// own conv state (the window's last K − 1 rows) goes to `tokens[t]`. For a chain
 /// (`parent[t] = t − 1`) the outputs and the last row's state equal [`conv_step`]'s.
 /// `parent` was checked (`parent[t] < t`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn conv_tree(
     x: &[f32],
     w: &[f32],
