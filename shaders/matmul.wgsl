@@ -236,6 +236,8 @@ fn main(
             var w: array<array<vec4<f32>, SUB4>, R>;
             var d: array<f32, R>;
             for (var r = 0u; r < R; r++) {
+                // Through a local: passing &w[r] to a function crashes naga 30's SPIR-V writer
+                // ("Expression [..] is not cached") on Vulkan devices.
                 var wr: array<vec4<f32>, SUB4>;
                 d[r] = item(rseg[r], ro[r], s, &wr);
                 w[r] = wr;
