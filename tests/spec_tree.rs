@@ -256,3 +256,85 @@ fn tree_with_sampling_is_refused() {
     let e = generate_spec(&mut s, &mut d, &[1, 2, 3], &cfg, |_| {}, |_| {}).unwrap_err();
     assert!(e.to_string().contains("greedy only"), "{e}");
 }
+
+fn deltaspec(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn cli_generate_and_bench_with_tree_speculation() {
+    let model = fixtures().join("models").join("tiny-a");
+    let draft = fixtures().join("drafters").join("dflash-a");
+    let (model, draft) = (model.to_str().unwrap(), draft.to_str().unwrap());
+    let base = [
+        "generate",
+        "--model",
+        model,
+        "--tokens",
+        "5,9,200,31",
+        "-n",
+        "12",
+    ];
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = deltaspec(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let plain = json(&[&base[..], &["--json"]].concat());
+    for extra in [
+        &["--tree-budget", "5"][..],
+        &["--replay-profile", "code"][..],
+    ] {
+        let args = [
+            &base[..],
+            &["--json", "--spec", "tree", "--draft", draft],
+            extra,
+        ]
+        .concat();
+        let j = json(&args);
+        assert_eq!(j["tokens"], plain["tokens"], "{extra:?}");
+        assert_eq!(j["spec"], "tree");
+        assert!(
+            j["accepted_per_step"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        );
+        let replay = extra[0] == "--replay-profile";
+        assert_eq!(j["replay"], replay);
+        assert_eq!(j["drafter"].as_str().unwrap().contains("REPLAY"), replay);
+    }
+    let out = deltaspec(&[
+        "bench",
+        "spec",
+        "--model",
+        model,
+        "--draft",
+        draft,
+        "--spec",
+        "tree",
+        "--tree-budget",
+        "6",
+        "--replay-profile",
+        "code",
+        "-n",
+        "16",
+        "--prompt-len",
+        "5",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("spec tree"), "{text}");
+    assert!(text.lines().all(|l| l.starts_with("REPLAY")), "{text}");
+    assert!(text.contains("identical to the AR baseline"), "{text}");
+}

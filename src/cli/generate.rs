@@ -1,10 +1,11 @@
 //! `deltaspec generate`: greedy decoding from a prompt or token ids, optionally speculative
-//! (`--spec chain|adaptive --draft D`).
+//! (`--spec chain|tree|adaptive --draft D`, `--replay-profile` for benchmark-only proposals).
 
 use super::tokens;
 use crate::backend;
 use crate::model::{Qwen35, Session};
 use crate::sched::{PolicyConfig, Ratio};
+use crate::spec::replay::{ReplayDrafter, ReplayProfile};
 use crate::spec::{Drafter, RollbackMode, Sampling, SpecConfig, SpecMode, StepKind};
 use crate::util::rng::Rng;
 use anyhow::{Context, bail};
@@ -40,10 +41,19 @@ pub struct Args {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     pub json: bool,
-    /// Speculative decoding: off, chain (a chain round every step), or adaptive (the
-    /// single-request policy turns speculation off when it does not pay). Needs --draft.
-    #[arg(long, default_value = "off", value_parser = ["off", "chain", "adaptive"])]
+    /// Speculative decoding: off, chain (a chain round every step), tree (a DDTree round every
+    /// step, greedy only), or adaptive (the single-request policy turns speculation off when
+    /// it does not pay). Needs --draft.
+    #[arg(long, default_value = "off", value_parser = ["off", "chain", "tree", "adaptive"])]
     pub spec: String,
+    /// --spec tree: draft nodes per tree at most (the tree verifies budget + 1 rows).
+    #[arg(long, default_value_t = 8)]
+    pub tree_budget: usize,
+    /// BENCHMARK ONLY: replace the drafter's proposals by the target's own greedy continuation
+    /// (computed first by a plain run) cut by an acceptance profile: code, prose, mixed, or a
+    /// mean accepted length. The drafter still runs at full cost. Never for real output.
+    #[arg(long)]
+    pub replay_profile: Option<String>,
     /// The drafter (GGUF) for --spec.
     #[arg(long)]
     pub draft: Option<PathBuf>,
@@ -107,6 +117,14 @@ impl Args {
         Ok(match self.spec.as_str() {
             "off" => SpecMode::Off,
             "chain" => SpecMode::Chain,
+            "tree" => {
+                if self.tree_budget == 0 {
+                    bail!("--tree-budget must be at least 1");
+                }
+                SpecMode::Tree {
+                    budget: self.tree_budget,
+                }
+            }
             _ => SpecMode::Adaptive(PolicyConfig {
                 ratio: Ratio::parse(&self.spec_ratio).map_err(anyhow::Error::msg)?,
                 margin: self.policy_margin,
@@ -160,6 +178,30 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         (SpecMode::Off, None) => None,
         (_, Some(d)) => Some(open_drafter(d, &m, a.seed ^ 0xd4af7)?),
         (_, None) => bail!("--spec {} needs --draft", a.spec),
+    };
+    if a.replay_profile.is_some() && drafter.is_none() {
+        bail!("--replay-profile needs --spec and --draft");
+    }
+    let drafter = match (drafter, &a.replay_profile) {
+        (Some(d), Some(p)) => {
+            let profile = ReplayProfile::parse(p).map_err(anyhow::Error::msg)?;
+            if !sampling.is_greedy() {
+                bail!("--replay-profile replays the greedy continuation: use greedy decoding");
+            }
+            // The continuation the replay proposes: plain greedy from the same prompt.
+            let cont = {
+                let mut s0 = Session::new(&m, be.as_mut(), ctx)?;
+                s0.generate_greedy(&prompt, a.n, a.chunk, stop, |_| {})?
+            };
+            eprintln!(
+                "REPLAY ({} profile): benchmark-only proposals (the target's own continuation \
+                 cut by the profile); not a real drafter's output",
+                profile.name()
+            );
+            let r = ReplayDrafter::new(d, profile, prompt.len(), cont, m.cfg.vocab, a.seed);
+            Some(Box::new(r) as Box<dyn Drafter>)
+        }
+        (d, _) => d,
     };
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
     if let Some(d) = drafter {
@@ -292,6 +334,11 @@ fn run_spec(
             "backend": s.backend().name(),
             "spec": cfg.mode.name(),
             "drafter": d.name(),
+            "replay": a.replay_profile.is_some(),
+            "tree_budget": match cfg.mode {
+                SpecMode::Tree { budget } => Some(budget),
+                _ => None,
+            },
             "rollback": cfg.rollback.name(),
             "accepted_per_step": res.accepted_per_step(),
             "mean_accept_len": res.mean_accept_len(),
