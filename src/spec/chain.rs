@@ -218,6 +218,21 @@ impl Rollback {
     }
 }
 
+/// The session's position and the positions left after it (at least one: the root), or a
+/// full-context error.
+pub(super) fn room(s: &Session<'_>) -> Result<(usize, usize), SpecError> {
+    let base = s.pos();
+    let room = s.ctx().saturating_sub(base);
+    if room == 0 {
+        return Err(crate::model::ModelError::ContextFull {
+            need: base + 1,
+            cap: s.ctx(),
+        }
+        .into());
+    }
+    Ok((base, room))
+}
+
 /// The outcome of one chain round.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ChainRound {
@@ -289,15 +304,7 @@ pub fn chain_round_with(
     max: usize,
     accept: &mut Accept<'_>,
 ) -> Result<ChainRound, SpecError> {
-    let base = s.pos();
-    let room = s.ctx().saturating_sub(base);
-    if room == 0 {
-        return Err(crate::model::ModelError::ContextFull {
-            need: base + 1,
-            cap: s.ctx(),
-        }
-        .into());
-    }
+    let (base, room) = room(s)?;
     let max = max.min(drafter.max_draft()).min(room - 1);
     let layers = drafter.feature_layers();
     let width = s.model().cfg.hidden;

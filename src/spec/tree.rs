@@ -159,15 +159,7 @@ pub fn tree_round(
     max_depth: usize,
     budget: usize,
 ) -> Result<ChainRound, SpecError> {
-    let base = s.pos();
-    let room = s.ctx().saturating_sub(base);
-    if room == 0 {
-        return Err(crate::model::ModelError::ContextFull {
-            need: base + 1,
-            cap: s.ctx(),
-        }
-        .into());
-    }
+    let (base, room) = super::chain::room(s)?;
     // Every row of the tree occupies a cache row during verify.
     let budget = budget.min(room - 1).min(s.tree_rows().saturating_sub(1));
     let max_depth = max_depth.min(drafter.max_draft()).min(budget);
