@@ -1,6 +1,7 @@
-// Copies. Default: strided copy y[r, j] = x[r · width + offset + j] for j < len (slice_last;
-// rows is one row of `len` = rows · width values).
-// Params: 0 total (= rows · len), 1 width, 2 offset, 3 len, 4 threads per grid row.
+// Copies. Default: strided copy y[o + r·len + j] = x[r · width + offset + j] for j < len
+// (slice_last; rows is one row of `len` = rows · width values; concat writes each input at its
+// rows through the output offset o).
+// Params: 0 total (= rows · len), 1 width, 2 offset, 3 len, 4 threads per grid row, 5 o.
 // BULK: y = x over n vec4s (the bandwidth probe): every thread moves UNROLL vec4s per round,
 // all loads issued before the stores, rounds striding over the whole grid.
 // Params: 0 n (vec4s), 1 threads in the grid.
@@ -43,6 +44,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let len = pu(3u);
     let r = i / len;
-    Y[i] = X[r * pu(1u) + pu(2u) + (i - r * len)];
+    Y[pu(5u) + i] = X[r * pu(1u) + pu(2u) + (i - r * len)];
 //#endif
 }

@@ -31,6 +31,7 @@ fn config(dspark: bool) -> DFlashConfig {
         target_block_count: None,
         sliding_window: None,
         sliding_layers: vec![false; 2],
+        dflash2: None,
         dspark: dspark.then_some(DSparkConfig {
             markov_rank: R,
             vocab: V,

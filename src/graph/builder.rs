@@ -281,6 +281,41 @@ impl GraphBuilder {
         Ok((o[0], o[1]))
     }
 
+    /// The rows of `xs` one after another (see [`Op::Concat`]).
+    pub fn concat(&mut self, xs: &[TensorId]) -> R<TensorId> {
+        self.one(Op::Concat, xs)
+    }
+    /// DFlash2 dynamic conv (see [`Op::DynConv`]).
+    pub fn dyn_conv(
+        &mut self,
+        x: TensorId,
+        base: TensorId,
+        dyn_k: TensorId,
+        side: usize,
+        block: usize,
+        group: usize,
+    ) -> R<TensorId> {
+        self.one(Op::DynConv { side, block, group }, &[x, base, dyn_k])
+    }
+    /// DFlash2 selector walk (see [`Op::SelectorWalk`]); returns (tokens, scores).
+    #[allow(clippy::too_many_arguments)]
+    pub fn selector_walk(
+        &mut self,
+        block: usize,
+        unary: TensorId,
+        cand: TensorId,
+        hp: TensorId,
+        succ: TensorId,
+        pred: TensorId,
+        seed: TensorId,
+    ) -> R<(TensorId, TensorId)> {
+        let o = self.push(
+            Op::SelectorWalk { block },
+            &[unary, cand, hp, succ, pred, seed],
+        )?;
+        Ok((o[0], o[1]))
+    }
+
     pub fn build(self) -> Graph {
         self.g
     }

@@ -142,6 +142,27 @@ pub enum Op {
     ArgMax,
     /// `x [N, V]` -> (`values [N, k]`, `indices i32 [N, k]`), descending; ties keep the lower index.
     TopK { k: usize },
+    /// `x_0 [r_0, W]`, `x_1 [r_1, W]`, … (one or more) -> `[Σ r_j, W]`: the rows in input order.
+    Concat,
+    /// DFlash2 grouped dynamic causal conv along block positions (drafters.md §4.2):
+    /// `x [T, C]`, `base [S, K, C]` (F32 weight), `dyn [T, S·K·G]` with `G = C / group`
+    /// -> `y [T, C]`, `y[i, c] = Σ_{t<K} (base[side, t, c] + dyn[i, (side·K + t)·G + c/group])
+    /// · x[i − t, c]`. Rows form blocks of `block` consecutive rows (one per sequence);
+    /// `x[i − t]` is zero when it lies before the start of row i's block.
+    DynConv {
+        side: usize,
+        block: usize,
+        group: usize,
+    },
+    /// DFlash2 candidate-selector path walk (drafters.md §4.3), per sequence of `block` rows:
+    /// `unary [M, k]`, `cand i32 [M, k]`, `hp [M, r]`, `succ [M·k, r]` (successor codebook rows
+    /// of `cand`), `pred [M·k, r]` (predecessor codebook rows of `cand`), `seed [N, r]`
+    /// (predecessor rows of the seeds), `M = N · block` -> (`tokens i32 [M]`, `scores [M, k]`).
+    /// Row l of sequence n: `scores[l, c] = unary[l, c] + Σ_r p[r] · hp[l, r] · succ[l·k + c, r]`
+    /// with `p` = `seed[n]` for its first row, else `pred[(l−1)·k + c*]` of the previous row's
+    /// choice `c*`; the choice is the first maximum of the row's scores and
+    /// `tokens[l] = cand[l, c*]`.
+    SelectorWalk { block: usize },
 }
 
 impl Op {
@@ -169,6 +190,9 @@ impl Op {
             Op::SwiGlu => "swiglu",
             Op::ArgMax => "argmax",
             Op::TopK { .. } => "top_k",
+            Op::Concat => "concat",
+            Op::DynConv { .. } => "dyn_conv",
+            Op::SelectorWalk { .. } => "selector_walk",
         }
     }
 }

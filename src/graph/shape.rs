@@ -343,6 +343,73 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             c.nonempty_last(x)?;
             Ok(vec![(vec![x.shape[0]], DType::I32)])
         }
+        Op::Concat => {
+            if ins.is_empty() {
+                return c.err("takes at least one input");
+            }
+            let first = c.f32(0)?;
+            c.rank(first, 2)?;
+            let mut rows = 0;
+            for i in 0..ins.len() {
+                let x = c.f32(i)?;
+                c.rank(x, 2)?;
+                if x.shape[1] != first.shape[1] {
+                    return c.err(format!(
+                        "{} {:?} and {} {:?} differ in width",
+                        first.name, first.shape, x.name, x.shape
+                    ));
+                }
+                rows += x.shape[0];
+            }
+            Ok(f32_out(vec![rows, first.shape[1]]))
+        }
+        Op::DynConv { side, block, group } => {
+            c.arity(3)?;
+            let x = c.f32(0)?;
+            c.rank(x, 2)?;
+            let base = ins[1];
+            if base.kind != TensorKind::Weight || base.dtype != DType::F32 {
+                return c.err(format!("base {} must be an F32 weight", base.name));
+            }
+            c.rank(base, 3)?;
+            let (t, ch) = (x.shape[0], x.shape[1]);
+            let (s, k) = (base.shape[0], base.shape[1]);
+            if *group == 0 || !ch.is_multiple_of(*group) {
+                return c.err(format!("{ch} channels are not whole groups of {group}"));
+            }
+            if *side >= s || k == 0 || base.shape[2] != ch {
+                return c.err(format!(
+                    "base {:?} must be [sides > {side}, taps, {ch}]",
+                    base.shape
+                ));
+            }
+            if *block == 0 || !t.is_multiple_of(*block) {
+                return c.err(format!("{t} rows are not whole blocks of {block}"));
+            }
+            c.shape_is(c.f32(2)?, &[t, s * k * (ch / group)])?;
+            Ok(f32_out(x.shape.clone()))
+        }
+        Op::SelectorWalk { block } => {
+            c.arity(6)?;
+            let unary = c.f32(0)?;
+            c.rank(unary, 2)?;
+            let (m, k) = (unary.shape[0], unary.shape[1]);
+            if *block == 0 || k == 0 || !m.is_multiple_of(*block) {
+                return c.err(format!(
+                    "unary {:?} is not whole blocks of {block} rows of candidates",
+                    unary.shape
+                ));
+            }
+            c.shape_is(c.i32(1)?, &[m, k])?;
+            let hp = c.f32(2)?;
+            c.rank(hp, 2)?;
+            let r = hp.shape[1];
+            c.shape_is(hp, &[m, r])?;
+            c.shape_is(c.f32(3)?, &[m * k, r])?;
+            c.shape_is(c.f32(4)?, &[m * k, r])?;
+            c.shape_is(c.f32(5)?, &[m / block, r])?;
+            Ok(vec![(vec![m], DType::I32), (vec![m, k], DType::F32)])
+        }
         Op::TopK { k } => {
             c.arity(1)?;
             let x = c.f32(0)?;

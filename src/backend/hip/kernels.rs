@@ -41,6 +41,7 @@ pub fn targets() -> Vec<String> {
 pub const SOURCES: &[&str] = &[
     "attention",
     "conv",
+    "dflash2",
     "elementwise",
     "gdn",
     "matmul",
@@ -170,6 +171,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     v.push(("attention", "attn_combine".into()));
     for n in ["argmax_f32", "top_k_f32"] {
         v.push(("select", n.into()));
+    }
+    for n in ["dyn_conv", "selector_walk"] {
+        v.push(("dflash2", n.into()));
     }
     v
 }

@@ -702,6 +702,75 @@ pub(super) fn node(
                 ],
             )
         }
+        Op::Concat => {
+            let mut at = env.ptr(node.outputs[0]);
+            for (i, &id) in node.inputs.iter().enumerate() {
+                let bytes = inp(i).numel() * 4;
+                be.drv
+                    .dtod(at, env.ptr(id), bytes)
+                    .map_err(|e| be.dev_err(e))?;
+                at += bytes as DevPtr;
+            }
+            Ok(())
+        }
+        Op::DynConv { side, block, group } => {
+            let b = inp(1);
+            let (sides, k, ch) = (b.shape[0], b.shape[1], b.shape[2]);
+            let groups = ch / group;
+            let n = out(0).numel() as u64;
+            launch(
+                be,
+                "dflash2",
+                "dyn_conv",
+                [blocks(n, 256), 1, 1],
+                256,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    p_in(2),
+                    p_out(0),
+                    Arg::U64(n),
+                    u32_of(ch)?,
+                    u32_of(k)?,
+                    u32_of(*side)?,
+                    u32_of(*block)?,
+                    u32_of(*group)?,
+                    u32_of(groups)?,
+                    u32_of(sides * k * groups)?,
+                ],
+            )
+        }
+        Op::SelectorWalk { block } => {
+            let (m, k) = (inp(0).shape[0], inp(0).shape[1]);
+            let r = inp(2).shape[1];
+            if k > 64 {
+                return Err(unsupported(
+                    be,
+                    &node.op,
+                    format!("{k} candidates (at most 64)"),
+                ));
+            }
+            launch(
+                be,
+                "dflash2",
+                "selector_walk",
+                [blocks((m / block) as u64, 1), 1, 1],
+                64,
+                &[
+                    p_in(0),
+                    p_in(1),
+                    p_in(2),
+                    p_in(3),
+                    p_in(4),
+                    p_in(5),
+                    p_out(0),
+                    p_out(1),
+                    u32_of(*block)?,
+                    u32_of(k)?,
+                    u32_of(r)?,
+                ],
+            )
+        }
         Op::TopK { k } => {
             let x = inp(0);
             launch(

@@ -549,6 +549,69 @@ impl Ctx<'_> {
                     );
                 }
             }
+            Op::Concat => {
+                let y = self.res(outs[0]);
+                let mut at = 0;
+                for &x in ins {
+                    let total = numel(x);
+                    let xr = self.res(x);
+                    let (groups, gx) = grid(total.div_ceil(256));
+                    self.step(
+                        ShaderKey::new("copy"),
+                        p(&[u(total)?, u(total)?, 0, u(total)?, gx * 256, u(at)?]),
+                        vec![xr, y],
+                        groups,
+                    );
+                    at += total;
+                }
+            }
+            Op::DynConv { side, block, group } => {
+                let bs = shape(ins[1]);
+                let (t, ch) = (shape(ins[0])[0], bs[2]);
+                let total = t * ch;
+                let x = self.res(ins[0]);
+                let (b, bt) = self.whole(op, ins[1])?;
+                let d = self.res(ins[2]);
+                let y = self.res(outs[0]);
+                let groups_c = ch / group;
+                let (groups, gx) = grid(total.div_ceil(256));
+                self.step(
+                    ShaderKey::new("dflash2").entry("dyn_conv").dq("B", bt),
+                    p(&[
+                        u(total)?,
+                        u(ch)?,
+                        u(bs[1])?,
+                        u(*side)?,
+                        u(*block)?,
+                        u(*group)?,
+                        u(groups_c)?,
+                        u(bs[0] * bs[1] * groups_c)?,
+                        gx * 256,
+                    ]),
+                    vec![x, b, d, y],
+                    groups,
+                );
+            }
+            Op::SelectorWalk { block } => {
+                let (m, k) = (shape(ins[0])[0], shape(ins[0])[1]);
+                let r = shape(ins[2])[1];
+                if k > 64 {
+                    return Err(unsupported(op, format!("{k} candidates (at most 64)")));
+                }
+                let n = m / block;
+                let binds: Vec<Res> = ins
+                    .iter()
+                    .chain(outs.iter())
+                    .map(|&id| self.res(id))
+                    .collect();
+                let (groups, gx) = grid(n);
+                self.step(
+                    ShaderKey::new("dflash2").entry("walk").flag("WALK"),
+                    p(&[u(n)?, u(*block)?, u(k)?, u(r)?, gx]),
+                    binds,
+                    groups,
+                );
+            }
             Op::ArgMax | Op::TopK { .. } => {
                 let s = shape(ins[0]);
                 let (n, w) = (s[0], s[1]);

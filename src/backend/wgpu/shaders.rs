@@ -31,6 +31,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("gdn", include_str!("../../../shaders/gdn.wgsl")),
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("select", include_str!("../../../shaders/select.wgsl")),
+    ("dflash2", include_str!("../../../shaders/dflash2.wgsl")),
 ];
 
 /// Templates whose kernels write every workgroup-memory word before reading it: their
@@ -350,6 +351,12 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     v.push(ShaderKey::new("copy"));
     v.push(ShaderKey::new("copy").flag("BULK"));
     v.push(ShaderKey::new("rope"));
+    v.push(
+        ShaderKey::new("dflash2")
+            .entry("dyn_conv")
+            .dq("B", DType::F32),
+    );
+    v.push(ShaderKey::new("dflash2").entry("walk").flag("WALK"));
     for hd in [16, 64, 100, 256] {
         for fin in [false, true] {
             for e in ["write_kv", "attn", "combine"] {

@@ -43,6 +43,27 @@ pub struct DSparkConfig {
     pub confidence_dim: Option<usize>,
 }
 
+/// DFlash2 extras (`{A}.dflash.dflash2.*`, drafters.md §4): the per-layer grouped dynamic
+/// causal convs and the candidate selector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DFlash2Config {
+    /// Taps K of each conv along block positions.
+    pub conv_kernel: usize,
+    /// Channels per group of the dynamic part (the kernel projection gives one value per group).
+    pub conv_group: usize,
+    /// Rank r of the selector's codebooks and hidden projection.
+    pub selector_rank: usize,
+    /// Candidates per position (top-k of the lm_head).
+    pub selector_top_k: usize,
+}
+
+impl DFlash2Config {
+    /// Rows of a conv's kernel projection: 2 sides × K taps × (H / group) groups.
+    pub fn proj_rows(&self, hidden: usize) -> usize {
+        2 * self.conv_kernel * (hidden / self.conv_group)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct DFlashConfig {
     pub n_layers: usize,
@@ -75,6 +96,8 @@ pub struct DFlashConfig {
     pub sliding_layers: Vec<bool>,
     /// DSpark heads, if the drafter has them.
     pub dspark: Option<DSparkConfig>,
+    /// DFlash2 convs and selector, if the drafter is a DFlash2.
+    pub dflash2: Option<DFlash2Config>,
 }
 
 impl DFlashConfig {
@@ -148,6 +171,27 @@ impl DFlashConfig {
                     self.hidden,
                     self.hidden + d.markov_rank
                 ));
+            }
+        }
+        if let Some(d) = &self.dflash2 {
+            if d.conv_kernel == 0 || d.conv_group == 0 || !self.hidden.is_multiple_of(d.conv_group)
+            {
+                return bad(format!(
+                    "DFlash2 conv of {} taps over groups of {} does not fit hidden {}",
+                    d.conv_kernel, d.conv_group, self.hidden
+                ));
+            }
+            if d.selector_rank == 0 || d.selector_top_k == 0 || d.selector_top_k > 64 {
+                return bad(format!(
+                    "DFlash2 selector rank {} / top-k {} (top-k must be 1 ..= 64)",
+                    d.selector_rank, d.selector_top_k
+                ));
+            }
+            if self.dspark.is_some() {
+                return bad("both DSpark heads and a DFlash2 selector".into());
+            }
+            if self.vocab.is_none() {
+                return bad("a DFlash2 selector needs the vocab size (vocab_size)".into());
             }
         }
         if self.eps.is_nan() || self.eps <= 0.0 {

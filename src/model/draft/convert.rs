@@ -15,7 +15,7 @@
 //!   present with its shape; otherwise nothing is written. The file is written to a temporary
 //!   path next to the output and renamed into place.
 
-use super::config::{DFlashConfig, DSparkConfig, YarnScaling};
+use super::config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
 use super::gguf_load::expected_tensors;
 use super::{ARCH, names};
 use crate::gguf::{GgufWriter, Value, ValueType};
@@ -83,6 +83,12 @@ fn gguf_name(key: &str) -> Option<String> {
             return Some(names::HIDDEN_NORM.into());
         }
         "norm.weight" => return Some(names::OUTPUT_NORM.into()),
+        // DFlash2 candidate selector (the codebooks have no `.weight` suffix).
+        "candidate_selector.predecessor_codebook" => return Some(names::SELECTOR_PRED.into()),
+        "candidate_selector.successor_codebook" => return Some(names::SELECTOR_SUCC.into()),
+        "candidate_selector.hidden_projection.weight" => {
+            return Some(names::SELECTOR_HPROJ.into());
+        }
         _ => {}
     }
     // DSpark heads: single-file releases, the Lucebox sidecar names, DS4 MTP shards.
@@ -117,6 +123,11 @@ fn gguf_name(key: &str) -> Option<String> {
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
+        // DFlash2 per-layer convs.
+        "attention_conv.base_kernel" => "attn_conv.base",
+        "attention_conv.kernel_projection.weight" => "attn_conv.proj.weight",
+        "mlp_conv.base_kernel" => "ffn_conv.base",
+        "mlp_conv.kernel_projection.weight" => "ffn_conv.proj.weight",
         _ => return None,
     };
     Some(names::blk(i, g))
@@ -401,11 +412,18 @@ fn derive_config(
             ));
         }
     };
+    let dflash2 = dflash2_config(cfg_path, j, t, hidden)?;
+    let vocab = num("vocab_size").or_else(|| {
+        dflash2
+            .as_ref()
+            .and_then(|_| t.get(names::SELECTOR_PRED))
+            .map(|p| p.shape[0])
+    });
     let cfg = DFlashConfig {
         n_layers,
         hidden,
         ffn,
-        vocab: num("vocab_size"),
+        vocab,
         n_heads,
         n_kv_heads,
         head_dim,
@@ -422,9 +440,77 @@ fn derive_config(
         sliding_window: if any_sliding { window } else { None },
         sliding_layers,
         dspark,
+        dflash2,
     };
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// DFlash2 hyper-parameters: present when `config.json` declares any of them or the checkpoint
+/// has any DFlash2 tensor. Group size and top-k come from the config (`dflash_config` first);
+/// taps and rank from the config or, when absent there, the tensor shapes, which must agree.
+fn dflash2_config(
+    cfg_path: &Path,
+    j: &Json,
+    t: &BTreeMap<String, Loaded>,
+    hidden: usize,
+) -> Result<Option<DFlash2Config>, ModelError> {
+    let key = |k: &str| dflash_key(j, k).and_then(Json::as_u64).map(|v| v as usize);
+    let keys = [
+        "conv_kernel_size",
+        "conv_group_size",
+        "selector_rank",
+        "selector_top_k",
+    ];
+    let any_key = keys.iter().any(|k| dflash_key(j, k).is_some());
+    let any_tensor = t
+        .keys()
+        .any(|k| k.starts_with("dflash.selector.") || k.contains("_conv."));
+    if !any_key && !any_tensor {
+        return Ok(None);
+    }
+    let base = t.get(&names::blk(0, "attn_conv.base"));
+    let hproj = t.get(names::SELECTOR_HPROJ);
+    let from_shape = |what: &str, cfg: Option<usize>, shape: Option<usize>| match (cfg, shape) {
+        (Some(c), Some(s)) if c != s => Err(err(
+            cfg_path,
+            format!("{what} {c} but the tensors imply {s}"),
+        )),
+        (Some(v), _) | (None, Some(v)) => Ok(v),
+        (None, None) => Err(err(
+            cfg_path,
+            format!("DFlash2 {what} is missing (config and tensors)"),
+        )),
+    };
+    let conv_kernel = from_shape(
+        "conv_kernel_size",
+        key("conv_kernel_size"),
+        base.filter(|b| b.shape.len() == 3).map(|b| b.shape[1]),
+    )?;
+    let selector_rank = from_shape(
+        "selector_rank",
+        key("selector_rank"),
+        hproj.filter(|h| h.shape.len() == 2).map(|h| h.shape[0]),
+    )?;
+    let need = |k: &str| {
+        key(k).ok_or_else(|| err(cfg_path, format!("DFlash2 {k} is missing from the config")))
+    };
+    let cfg = DFlash2Config {
+        conv_kernel,
+        conv_group: need("conv_group_size")?,
+        selector_rank,
+        selector_top_k: need("selector_top_k")?,
+    };
+    if cfg.conv_group == 0 || !hidden.is_multiple_of(cfg.conv_group) {
+        return Err(err(
+            cfg_path,
+            format!(
+                "conv_group_size {} does not divide hidden {hidden}",
+                cfg.conv_group
+            ),
+        ));
+    }
+    Ok(Some(cfg))
 }
 
 fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
@@ -485,6 +571,12 @@ fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
             w.add_kv(&k("dflash.dspark.confidence_dim"), u32v(cd));
         }
     }
+    if let Some(d) = &c.dflash2 {
+        w.add_kv(&k("dflash.dflash2.conv_kernel_size"), u32v(d.conv_kernel));
+        w.add_kv(&k("dflash.dflash2.conv_group_size"), u32v(d.conv_group));
+        w.add_kv(&k("dflash.dflash2.selector_rank"), u32v(d.selector_rank));
+        w.add_kv(&k("dflash.dflash2.selector_top_k"), u32v(d.selector_top_k));
+    }
     if let Some(win) = c.sliding_window {
         w.add_kv(&k("attention.sliding_window"), u32v(win));
         w.add_kv(
@@ -543,7 +635,8 @@ pub fn convert_dflash(
                 ),
             ));
         }
-        let dtype = if shape.len() == 1 {
+        // Norms and the DFlash2 conv bases stay F32.
+        let dtype = if shape.len() == 1 || name.ends_with("_conv.base") {
             DType::F32
         } else if outtype == OutType::Q8_0 && !shape[1].is_multiple_of(32) {
             DType::F16 // rows that are not whole Q8_0 blocks

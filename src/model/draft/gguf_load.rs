@@ -1,6 +1,6 @@
 //! Binds a `qwen35-dflash-draft` GGUF file: config from `{arch}.*` keys, weights zero-copy.
 
-use super::config::{DFlashConfig, DSparkConfig, YarnScaling};
+use super::config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
 use super::{ARCH, DFlash, llamacpp, names};
 use crate::backend::{HostTensor, WeightStore};
 use crate::gguf::GgufFile;
@@ -161,7 +161,36 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<DFlashConfig, ModelError>
         sliding_window,
         sliding_layers,
         dspark: dspark(f, a)?,
+        dflash2: dflash2(f, a)?,
     })
+}
+
+/// DFlash2 keys (`{A}.dflash.dflash2.*`): all four or none.
+fn dflash2(f: &GgufFile, a: &str) -> Result<Option<DFlash2Config>, ModelError> {
+    let k = |s: &str| format!("{a}.dflash.dflash2.{s}");
+    let keys = [
+        "conv_kernel_size",
+        "conv_group_size",
+        "selector_rank",
+        "selector_top_k",
+    ];
+    let present: Vec<bool> = keys.iter().map(|s| f.get(&k(s)).is_some()).collect();
+    if !present.contains(&true) {
+        return Ok(None);
+    }
+    if let Some(i) = present.iter().position(|p| !p) {
+        return Err(cfg_err(format!(
+            "{} is missing (the other dflash2 keys are present)",
+            k(keys[i])
+        )));
+    }
+    let u = |s: &str| -> Result<usize, ModelError> { Ok(f.get_u64(&k(s))? as usize) };
+    Ok(Some(DFlash2Config {
+        conv_kernel: u(keys[0])?,
+        conv_group: u(keys[1])?,
+        selector_rank: u(keys[2])?,
+        selector_top_k: u(keys[3])?,
+    }))
 }
 
 /// DSpark keys (`{A}.dflash.dspark.*`), when `enabled` is true.
@@ -196,6 +225,25 @@ pub(crate) fn expected_tensors(c: &DFlashConfig) -> Vec<(String, Vec<usize>)> {
         if let Some(cd) = d.confidence_dim {
             v.push((names::CONFIDENCE_W.to_string(), vec![1, cd]));
             v.push((names::CONFIDENCE_B.to_string(), vec![1]));
+        }
+    }
+    if let Some(d) = &c.dflash2 {
+        let r = d.selector_rank;
+        let vocab = c.vocab.unwrap_or(0);
+        v.push((names::SELECTOR_HPROJ.to_string(), vec![r, h]));
+        v.push((names::SELECTOR_PRED.to_string(), vec![vocab, r]));
+        v.push((names::SELECTOR_SUCC.to_string(), vec![vocab, r]));
+        for i in 0..c.n_layers {
+            for conv in ["attn_conv", "ffn_conv"] {
+                v.push((
+                    names::blk(i, &format!("{conv}.base")),
+                    vec![2, d.conv_kernel, h],
+                ));
+                v.push((
+                    names::blk(i, &format!("{conv}.proj.weight")),
+                    vec![d.proj_rows(h), h],
+                ));
+            }
         }
     }
     for i in 0..c.n_layers {

@@ -27,14 +27,15 @@ use crate::graph::{AttnParams, Graph, GraphBuilder, TensorId};
 use crate::model::ModelError;
 use crate::tensor::DType;
 
-struct Ctx<'a> {
-    w: &'a WeightStore,
-    c: &'a DFlashConfig,
-    b: GraphBuilder,
+/// Graph-building context shared with the DFlash2 graph (`super::dflash2`).
+pub(super) struct Ctx<'a> {
+    pub(super) w: &'a WeightStore,
+    pub(super) c: &'a DFlashConfig,
+    pub(super) b: GraphBuilder,
 }
 
 impl Ctx<'_> {
-    fn w(&mut self, name: &str) -> Result<TensorId, ModelError> {
+    pub(super) fn w(&mut self, name: &str) -> Result<TensorId, ModelError> {
         let h = self.w.get(name).ok_or_else(|| ModelError::Weight {
             name: name.into(),
             msg: "missing from the drafter's weight set".into(),
@@ -42,12 +43,12 @@ impl Ctx<'_> {
         Ok(self.b.weight(name, h.dtype, &h.shape)?)
     }
 
-    fn lin(&mut self, x: TensorId, name: &str) -> Result<TensorId, ModelError> {
+    pub(super) fn lin(&mut self, x: TensorId, name: &str) -> Result<TensorId, ModelError> {
         let w = self.w(name)?;
         Ok(self.b.matmul(x, w)?)
     }
 
-    fn attn_params(&self) -> AttnParams {
+    pub(super) fn attn_params(&self) -> AttnParams {
         AttnParams {
             n_heads: self.c.n_heads,
             n_kv_heads: self.c.n_kv_heads,
@@ -57,7 +58,7 @@ impl Ctx<'_> {
     }
 
     /// `k_norm(Wk x)` with RoPE at `pos`, and `Wv x`, as `[rows, nkv, hd]`.
-    fn kv(
+    pub(super) fn kv(
         &mut self,
         i: usize,
         x: TensorId,
@@ -112,6 +113,11 @@ impl DFlash {
     ) -> Result<Graph, ModelError> {
         let c = &self.cfg;
         c.check_supported()?;
+        if c.dflash2.is_some() {
+            return Err(ModelError::Config(
+                "a DFlash2 drafter runs through dflash2::draft_graph, not the DFlash graph".into(),
+            ));
+        }
         let bsz = c.block_size;
         let (nh, nkv, hd, eps, rope) = (c.n_heads, c.n_kv_heads, c.head_dim, c.eps, c.rope());
         let mut b = GraphBuilder::new();

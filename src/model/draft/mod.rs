@@ -8,12 +8,13 @@
 
 pub mod config;
 pub mod convert;
+pub mod dflash2;
 mod gguf_load;
 mod graph;
 pub mod llamacpp;
 mod session;
 
-pub use config::{DFlashConfig, DSparkConfig, YarnScaling};
+pub use config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
 pub use session::{DraftOutput, DraftParts, DraftSession, context_features};
 
 use super::{ModelError, Qwen35};
@@ -74,6 +75,9 @@ pub mod names {
     pub const MARKOV_W2: &str = "dflash.dspark.markov.w2";
     pub const CONFIDENCE_W: &str = "dflash.dspark.confidence.weight";
     pub const CONFIDENCE_B: &str = "dflash.dspark.confidence.bias";
+    pub const SELECTOR_HPROJ: &str = "dflash.selector.hproj.weight";
+    pub const SELECTOR_PRED: &str = "dflash.selector.pred_cb";
+    pub const SELECTOR_SUCC: &str = "dflash.selector.succ_cb";
 
     /// Per-layer tensors (suffixes after `blk.N.`).
     pub const LAYER: [&str; 11] = [

@@ -10,6 +10,7 @@
 
 mod attention;
 mod conv;
+mod dflash2;
 mod elementwise;
 mod gdn;
 mod math;
@@ -370,6 +371,49 @@ pub fn run_node(
             let (_, width) = ins.rows_cols(0)?;
             let out = bytemuck::cast_slice_mut::<f32, i32>(one_out(op, outs)?);
             select::argmax(ins.f32(0)?, width, out);
+            Ok(())
+        }
+        Op::Concat => {
+            let xs = (0..in_decls.len())
+                .map(|i| ins.f32(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            dflash2::concat(&xs, one_out(op, outs)?);
+            Ok(())
+        }
+        Op::DynConv { side, block, group } => {
+            let base = ins.shape(1)?;
+            let geom = dflash2::ConvGeom {
+                channels: base[2],
+                sides: base[0],
+                taps: base[1],
+                side: *side,
+                block: *block,
+                group: *group,
+            };
+            let b = match args.get(1) {
+                Some(Arg::Weight(t)) => t.to_f32().map_err(|e| internal(op, e.to_string()))?,
+                Some(Arg::F32(v)) => v.to_vec(),
+                _ => return Err(internal(op, "input 1 must be the base kernel")),
+            };
+            dflash2::dyn_conv(&geom, ins.f32(0)?, &b, ins.f32(2)?, one_out(op, outs)?);
+            Ok(())
+        }
+        Op::SelectorWalk { block } => {
+            let (_, k) = ins.rows_cols(0)?;
+            let walk = dflash2::Walk {
+                block: *block,
+                k,
+                rank: ins.rows_cols(2)?.1,
+                unary: ins.f32(0)?,
+                cand: ins.i32(1)?,
+                hp: ins.f32(2)?,
+                succ: ins.f32(3)?,
+                pred: ins.f32(4)?,
+                seed: ins.f32(5)?,
+            };
+            let (tokens, scores) = two_outs(op, outs)?;
+            let tokens = bytemuck::cast_slice_mut::<f32, i32>(tokens);
+            dflash2::selector_walk(&walk, tokens, scores);
             Ok(())
         }
         Op::TopK { k } => {

@@ -1,0 +1,59 @@
+// DFlash2 ops (drafters.md §4).
+// dyn_conv: grouped dynamic causal conv along block positions (graph op DynConv), one thread per
+//   (row i, channel c): y[i, c] = sum over t < K, t <= i mod block of
+//   (base[side, t, c] + dyn[i, (side*K + t)*G + c / group]) * x[i - t, c].
+// selector_walk: the candidate-selector greedy walk (graph op SelectorWalk), one block per
+//   sequence; thread c scores candidate c of the current row given the previous row's choice,
+//   then every thread finds the first maximum in shared memory (the CPU reference's order).
+#include "common.h"
+
+constexpr u32 DYN_THREADS = 256;
+
+KERNEL(DYN_THREADS) dyn_conv(const float* __restrict__ x, const float* __restrict__ base,
+                             const float* __restrict__ dyn, float* __restrict__ y, u64 total, u32 C, u32 K,
+                             u32 side, u32 block, u32 group, u32 G, u32 dyn_width) {
+    const u64 e = (u64)bid_x() * DYN_THREADS + tid_x();
+    if (e >= total) return;
+    const u32 i = (u32)(e / C), c = (u32)(e % C);
+    const u32 in_block = i % block + 1;
+    const u32 taps = K < in_block ? K : in_block;
+    const u32 g = c / group;
+    float acc = 0.0f;
+    for (u32 t = 0; t < taps; ++t) {
+        const u32 st = side * K + t;
+        const float coef = base[(u64)st * C + c] + dyn[(u64)i * dyn_width + (u64)st * G + g];
+        acc += coef * x[(u64)(i - t) * C + c];
+    }
+    y[e] = acc;
+}
+
+constexpr u32 WALK_THREADS = 64;
+
+KERNEL(WALK_THREADS) selector_walk(const float* __restrict__ unary, const i32* __restrict__ cand,
+                                   const float* __restrict__ hp, const float* __restrict__ succ,
+                                   const float* __restrict__ pred, const float* __restrict__ seed,
+                                   i32* __restrict__ tokens, float* __restrict__ scores, u32 rows, u32 k,
+                                   u32 r) {
+    __shared__ float sc[WALK_THREADS];
+    const u32 n = bid_x(), tid = tid_x();
+    const float* prev = seed + (u64)n * r;
+    for (u32 l = 0; l < rows; ++l) {
+        const u64 m = (u64)n * rows + l;
+        if (tid < k) {
+            const float* s_row = succ + (m * k + tid) * r;
+            const float* h_row = hp + m * r;
+            float acc = 0.0f;
+            for (u32 j = 0; j < r; ++j) acc += prev[j] * h_row[j] * s_row[j];
+            const float s = unary[m * k + tid] + acc;
+            sc[tid] = s;
+            scores[m * k + tid] = s;
+        }
+        sync_block();
+        u32 best = 0;
+        for (u32 c = 1; c < k; ++c)
+            if (sc[c] > sc[best]) best = c;
+        if (tid == 0) tokens[m] = cand[m * k + best];
+        prev = pred + (m * k + best) * r;
+        sync_block();
+    }
+}
