@@ -65,7 +65,14 @@ struct ConvData {
     dynk: Vec<f32>,
 }
 
-fn conv_case(seed: u64, t: usize, ch: usize, k: usize, block: usize, group: usize) -> (Case, ConvData) {
+fn conv_case(
+    seed: u64,
+    t: usize,
+    ch: usize,
+    k: usize,
+    block: usize,
+    group: usize,
+) -> (Case, ConvData) {
     let mut rng = Rng::new(seed);
     let g = ch / group;
     let x = rng.vec_normal(t * ch, 1.0);
@@ -107,7 +114,8 @@ fn conv_case(seed: u64, t: usize, ch: usize, k: usize, block: usize, group: usiz
 /// `conv_s(x)[i, c] = Σ_t coef[s][t][c](i) · x[i − t, c]` with x before the block start = 0.
 fn conv_direct(d: &ConvData, side: usize) -> Vec<f32> {
     let g = d.ch / d.group;
-    let dyn_at = |i: usize, s: usize, t: usize, grp: usize| d.dynk[((i * 2 + s) * d.k + t) * g + grp];
+    let dyn_at =
+        |i: usize, s: usize, t: usize, grp: usize| d.dynk[((i * 2 + s) * d.k + t) * g + grp];
     let base_at = |s: usize, t: usize, c: usize| d.base[(s * d.k + t) * d.ch + c];
     let mut y = vec![0.0f32; d.t * d.ch];
     for i in 0..d.t {
@@ -162,13 +170,22 @@ fn dyn_conv_rejects_bad_shapes() {
     let base = b.weight("base", DType::F32, &[2, 2, 48]).unwrap();
     let d = b.input("d", DType::F32, &[10, 12]).unwrap();
     assert!(b.dyn_conv(x, base, d, 0, 5, 16).is_ok());
-    assert!(b.dyn_conv(x, base, d, 0, 4, 16).is_err(), "10 rows, blocks of 4");
-    assert!(b.dyn_conv(x, base, d, 0, 5, 7).is_err(), "48 channels, groups of 7");
+    assert!(
+        b.dyn_conv(x, base, d, 0, 4, 16).is_err(),
+        "10 rows, blocks of 4"
+    );
+    assert!(
+        b.dyn_conv(x, base, d, 0, 5, 7).is_err(),
+        "48 channels, groups of 7"
+    );
     assert!(b.dyn_conv(x, base, d, 2, 5, 16).is_err(), "side 2 of 2");
     let bad = b.input("bad", DType::F32, &[10, 11]).unwrap();
     assert!(b.dyn_conv(x, base, bad, 0, 5, 16).is_err(), "dyn width");
     let half = b.weight("half", DType::F16, &[2, 2, 48]).unwrap();
-    assert!(b.dyn_conv(x, half, d, 0, 5, 16).is_err(), "base must be F32");
+    assert!(
+        b.dyn_conv(x, half, d, 0, 5, 16).is_err(),
+        "base must be F32"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -190,7 +207,16 @@ struct SelData {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sel_case(seed: u64, n: usize, l: usize, h: usize, vocab: usize, r: usize, k: usize, cb: DType) -> (Case, SelData) {
+fn sel_case(
+    seed: u64,
+    n: usize,
+    l: usize,
+    h: usize,
+    vocab: usize,
+    r: usize,
+    k: usize,
+    cb: DType,
+) -> (Case, SelData) {
     let mut rng = Rng::new(seed);
     let hidden = rng.vec_normal(n * l * h, 1.0);
     let (lm_t, lm) = f32_weight(&mut rng, DType::F32, &[vocab, h], 0.3);
@@ -247,20 +273,30 @@ fn sel_direct(d: &SelData) -> (Vec<i32>, Vec<f32>, Vec<i32>) {
         for l in 0..d.l {
             let hid = &d.hidden[(n * d.l + l) * d.h..][..d.h];
             let logits: Vec<f64> = (0..d.vocab)
-                .map(|v| (0..d.h).map(|j| d.lm[v * d.h + j] as f64 * hid[j] as f64).sum())
+                .map(|v| {
+                    (0..d.h)
+                        .map(|j| d.lm[v * d.h + j] as f64 * hid[j] as f64)
+                        .sum()
+                })
                 .collect();
             let mut order: Vec<usize> = (0..d.vocab).collect();
             order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
             plain.push(order[0] as i32);
             let hp: Vec<f64> = (0..d.r)
-                .map(|i| (0..d.h).map(|j| d.hproj[i * d.h + j] as f64 * hid[j] as f64).sum())
+                .map(|i| {
+                    (0..d.h)
+                        .map(|j| d.hproj[i * d.h + j] as f64 * hid[j] as f64)
+                        .sum()
+                })
                 .collect();
             let sc: Vec<f64> = order[..d.k]
                 .iter()
                 .map(|&c| {
                     logits[c]
                         + (0..d.r)
-                            .map(|i| d.pred[prev * d.r + i] as f64 * hp[i] * d.succ[c * d.r + i] as f64)
+                            .map(|i| {
+                                d.pred[prev * d.r + i] as f64 * hp[i] * d.succ[c * d.r + i] as f64
+                            })
                             .sum::<f64>()
                 })
                 .collect();

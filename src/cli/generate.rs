@@ -137,16 +137,14 @@ impl Args {
     }
 }
 
-/// Opens the drafter of `--draft`: a `qwen35-dflash-draft` GGUF file, or a z-lab DFlash
-/// checkpoint directory (converted on the fly). Refuses one that does not fit the target.
+/// Opens the drafter of `--draft` (DFlash, DSpark or DFlash2): a `qwen35-dflash-draft` GGUF
+/// file, or a z-lab checkpoint directory (converted on the fly). Refuses one that does not fit the target.
 pub(crate) fn open_drafter(
     path: &std::path::Path,
     target: &Qwen35,
     seed: u64,
 ) -> anyhow::Result<Box<dyn Drafter>> {
-    let d = crate::spec::dflash::DFlashDrafter::open(path, target)
-        .context("opening the drafter (--draft)")?;
-    Ok(Box::new(d.with_seed(seed)))
+    crate::spec::dflash::open_any(path, target, seed).context("opening the drafter (--draft)")
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {

@@ -35,6 +35,43 @@ use crate::model::session::StepOutput;
 use crate::util::rng::Rng;
 use std::path::Path;
 
+/// Loads a drafter model: a `qwen35-dflash-draft` GGUF file, or a checkpoint directory
+/// (config.json + safetensors) converted to a temporary f32 GGUF first (the same converter as
+/// `deltaspec convert --draft`).
+pub fn load_model(path: &Path) -> Result<DFlash, SpecError> {
+    if !path.is_dir() {
+        return Ok(DFlash::load(path)?);
+    }
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = std::env::temp_dir().join(format!(
+        "deltaspec-drafter-{}-{k}-{}.gguf",
+        std::process::id(),
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    convert_dflash(path, &tmp, OutType::F32)?;
+    let m = DFlash::load(&tmp);
+    // The loaded tensors are mapped or read; the file can go.
+    let _ = std::fs::remove_file(&tmp);
+    Ok(m?)
+}
+
+/// Opens the drafter at `path` for `target` behind [`Drafter`]: DFlash / DSpark (seeded with
+/// `seed` for sampled proposals), or DFlash2 when the drafter declares the `dflash2` keys.
+pub fn open_any(path: &Path, target: &Qwen35, seed: u64) -> Result<Box<dyn Drafter>, SpecError> {
+    let model = load_model(path)?;
+    if model.cfg.dflash2.is_some() {
+        return Ok(Box::new(
+            super::dflash2::DFlash2Drafter::new(model, target)?.with_source(path),
+        ));
+    }
+    let mut d = DFlashDrafter::new(model, target)?.with_seed(seed);
+    d.source = path.display().to_string();
+    Ok(Box::new(d))
+}
+
 /// Context rows the caches hold at first (they grow by doubling as the context does).
 pub const DEFAULT_CAPACITY: usize = 512;
 
@@ -68,11 +105,21 @@ fn drafter_err(msg: impl Into<String>) -> SpecError {
 const OWNER: &str = "dflash.owner";
 
 /// Whether `owner` is a state set of `b` holding the nonce.
-fn owns(b: &mut dyn Backend, owner: Option<(StatesId, f32)>) -> bool {
+pub(crate) fn owns(b: &mut dyn Backend, owner: Option<(StatesId, f32)>) -> bool {
     owner.is_some_and(|(id, nonce)| {
         b.read_state(id, OWNER)
             .is_ok_and(|v| v.len() == 1 && v[0] == nonce)
     })
+}
+
+/// A fresh owner mark on `b`: a one-value state set holding a process-unique nonce.
+pub(crate) fn new_owner(b: &mut dyn Backend) -> Result<(StatesId, f32), SpecError> {
+    let id = b.alloc_states(&[StateDecl::new(OWNER, &[1])])?;
+    // Unique in the process (integers below 2^24 are exact in f32).
+    static NONCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let nonce = (NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xff_ffff) as f32;
+    b.write_state(id, OWNER, &[nonce])?;
+    Ok((id, nonce))
 }
 
 impl DFlashDrafter {
@@ -100,24 +147,7 @@ impl DFlashDrafter {
     /// checkpoint directory (config.json + model.safetensors), converted to a temporary f32
     /// GGUF first (the same converter as `deltaspec convert --draft`).
     pub fn open(path: &Path, target: &Qwen35) -> Result<DFlashDrafter, SpecError> {
-        let model = if path.is_dir() {
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let k = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp = std::env::temp_dir().join(format!(
-                "deltaspec-drafter-{}-{k}-{}.gguf",
-                std::process::id(),
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ));
-            convert_dflash(path, &tmp, OutType::F32)?;
-            let m = DFlash::load(&tmp);
-            // The loaded tensors are mapped or read; the file can go.
-            let _ = std::fs::remove_file(&tmp);
-            m?
-        } else {
-            DFlash::load(path)?
-        };
+        let model = load_model(path)?;
         let mut d = DFlashDrafter::new(model, target).map_err(|e| match e {
             SpecError::Model(m) => drafter_err(format!("{}: {m}", path.display())),
             other => other,
@@ -198,13 +228,7 @@ impl Drafter for DFlashDrafter {
                 let cap = self.capacity + self.model.cfg.block_size;
                 let ds = DraftSession::new(&self.model, env.target, &mut *env.backend, cap)?;
                 self.parts = Some(ds.into_parts());
-                let id = env.backend.alloc_states(&[StateDecl::new(OWNER, &[1])])?;
-                // Unique in the process (integers below 2^24 are exact in f32).
-                static NONCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
-                let nonce =
-                    (NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xff_ffff) as f32;
-                env.backend.write_state(id, OWNER, &[nonce])?;
-                self.owner = Some((id, nonce));
+                self.owner = Some(new_owner(&mut *env.backend)?);
             }
         }
         Ok(())

@@ -9,6 +9,7 @@
 //! - [`generate`]: the greedy generation loop (`off` / `chain` / `adaptive`) with per-step stats.
 //! - [`sample`]: temperature / top-p sampling and the speculative-sampling accept rule.
 //! - [`dflash`]: the DFlash / DSpark drafter ([`crate::model::draft`]) behind [`Drafter`].
+//! - [`dflash2`]: the DFlash2 drafter (dynamic convs, candidate selector) behind [`Drafter`].
 //! - [`replay`]: the benchmark-only replay drafter (acceptance profiles on random models).
 //! - [`tree`]: DDTree speculation (best-first draft tree, one verify with an ancestor mask).
 //! - [`testing`]: drafters for tests only (injected continuations, random garbage).
@@ -17,6 +18,7 @@
 
 pub mod chain;
 pub mod dflash;
+pub mod dflash2;
 pub mod generate;
 pub mod replay;
 pub mod sample;

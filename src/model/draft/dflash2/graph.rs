@@ -249,9 +249,8 @@ pub fn draft_graph(
                     cx.rows_nd(v, s * bsz, bsz)?,
                 )
             };
-            let a = cx
-                .b
-                .attention_non_causal(p, window, qs, ks, vs, pos_s[s], kc, vc)?;
+            let a =
+                cx.b.attention_non_causal(p, window, qs, ks, vs, pos_s[s], kc, vc)?;
             outs.push(cx.b.reshape(a, &[bsz, nh * hd])?);
         }
         let a = if seqs == 1 {

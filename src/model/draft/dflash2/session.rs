@@ -123,11 +123,7 @@ impl<'a> BatchSession<'a> {
     /// Appends each slot's new rows and drafts a block per slot, all in one launch:
     /// `reqs[s]` is slot s (one request per slot). The block of slot s starts with its `last`
     /// at position `n_ctx(s)` (after the append) and proposes the next `B−1` positions.
-    pub fn draft(
-        &mut self,
-        reqs: &[SeqDraft],
-        logits: bool,
-    ) -> Result<Vec<SeqOutput>, ModelError> {
+    pub fn draft(&mut self, reqs: &[SeqDraft], logits: bool) -> Result<Vec<SeqOutput>, ModelError> {
         let c = &self.model.cfg;
         let seqs = self.seqs();
         if reqs.len() != seqs {
@@ -217,7 +213,9 @@ impl<'a> BatchSession<'a> {
         inputs.push(("seed".into(), HostData::I32(seed)));
         let (names, data): (Vec<String>, Vec<HostData>) = inputs.into_iter().unzip();
         let refs: Vec<(&str, HostData)> = names.iter().map(String::as_str).zip(data).collect();
-        let outs = self.backend.run(exe, self.p.weights, self.p.states, &refs)?;
+        let outs = self
+            .backend
+            .run(exe, self.p.weights, self.p.states, &refs)?;
         self.p.n_ctx = starts;
 
         let per = bsz - 1;

@@ -1,0 +1,229 @@
+//! The DFlash2 drafter ([`crate::model::draft::dflash2`]) behind the spec loop's [`Drafter`].
+//!
+//! Same protocol mapping as the DFlash adapter ([`super::dflash`]): committed rows become
+//! pending context rows on the host; `propose` appends them and drafts the block
+//! `[root, MASK × (B−1)]` in one launch, whose proposals are the candidate selector's greedy
+//! walk. The session is a one-slot [`BatchSession`] held as [`BatchParts`] between calls on the
+//! target's backend (the scheduler's many-request drafting uses `BatchSession` with more slots).
+//!
+//! Sampling (T > 0): the proposals stay the selector's deterministic walk and [`Draft::probs`]
+//! is `None`; the spec loop then treats each proposal as a point mass, which keeps speculative
+//! sampling lossless (it accepts less than drawing from softmax(score/T) would).
+
+use super::dflash::{new_owner, owns};
+use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
+use crate::backend::StatesId;
+use crate::model::Qwen35;
+use crate::model::draft::dflash2::{BatchParts, BatchSession, SeqDraft};
+use crate::model::draft::{DFlash, context_features};
+use crate::model::session::StepOutput;
+use std::path::Path;
+
+/// Context rows the caches hold at first (they grow by doubling).
+pub const DEFAULT_CAPACITY: usize = 512;
+
+fn drafter_err(msg: impl Into<String>) -> SpecError {
+    SpecError::Drafter {
+        name: "dflash2".into(),
+        msg: msg.into(),
+    }
+}
+
+/// A DFlash2 drafter for one sequence at a time.
+pub struct DFlash2Drafter {
+    model: DFlash,
+    parts: Option<BatchParts>,
+    /// Identifies the backend `parts` live on (see [`super::dflash`]).
+    owner: Option<(StatesId, f32)>,
+    pending: Vec<f32>,
+    pending_rows: usize,
+    capacity: usize,
+    source: String,
+    /// The selector scores of the last proposal, `[B−1, k]` (for inspection).
+    last_scores: Vec<f32>,
+}
+
+impl DFlash2Drafter {
+    /// Wraps a loaded DFlash2 drafter after checking it fits `target`.
+    pub fn new(model: DFlash, target: &Qwen35) -> Result<DFlash2Drafter, SpecError> {
+        if model.cfg.dflash2.is_none() {
+            return Err(drafter_err("the drafter has no dflash2 config"));
+        }
+        model.cfg.check_target(&target.cfg)?;
+        model.cfg.check_supported()?;
+        model.weights_with_target(target)?;
+        Ok(DFlash2Drafter {
+            model,
+            parts: None,
+            owner: None,
+            pending: Vec::new(),
+            pending_rows: 0,
+            capacity: DEFAULT_CAPACITY,
+            source: String::new(),
+            last_scores: Vec::new(),
+        })
+    }
+
+    /// Opens a DFlash2 GGUF file or checkpoint directory for `target`.
+    pub fn open(path: &Path, target: &Qwen35) -> Result<DFlash2Drafter, SpecError> {
+        let model = super::dflash::load_model(path)?;
+        Ok(Self::new(model, target)?.with_source(path))
+    }
+
+    pub fn with_source(mut self, path: &Path) -> Self {
+        self.source = path.display().to_string();
+        self
+    }
+
+    /// Sets the initial capacity of the context caches (rows; they still grow on demand).
+    pub fn with_capacity(mut self, rows: usize) -> Self {
+        self.capacity = rows.max(1);
+        self
+    }
+
+    pub fn model(&self) -> &DFlash {
+        &self.model
+    }
+
+    /// Context rows in the caches plus pending ones.
+    pub fn context_rows(&self) -> usize {
+        self.parts.as_ref().map_or(0, |p| p.n_ctx(0)) + self.pending_rows
+    }
+
+    /// The selector scores of the last proposal, `[B−1, k]`.
+    pub fn last_scores(&self) -> &[f32] {
+        &self.last_scores
+    }
+
+    fn parts(&mut self) -> Result<BatchParts, SpecError> {
+        self.parts
+            .take()
+            .ok_or_else(|| drafter_err("used before reset (no draft session)"))
+    }
+}
+
+impl Drafter for DFlash2Drafter {
+    fn name(&self) -> String {
+        let c = &self.model.cfg;
+        let k = c.dflash2.as_ref().map_or(0, |d| d.selector_top_k);
+        format!(
+            "dflash2 (block {}, {} layers, top-k {k}){}",
+            c.block_size,
+            c.n_layers,
+            if self.source.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", self.source)
+            }
+        )
+    }
+
+    fn feature_layers(&self) -> Vec<usize> {
+        self.model.cfg.target_layer_ids.clone()
+    }
+
+    fn max_draft(&self) -> usize {
+        self.model.cfg.block_size - 1
+    }
+
+    fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
+        self.pending.clear();
+        self.pending_rows = 0;
+        let same = self.parts.is_some() && owns(env.backend, self.owner);
+        match self.parts.take() {
+            Some(p) if same => {
+                let mut s = BatchSession::from_parts(&self.model, &mut *env.backend, p);
+                s.truncate(0, 0);
+                self.parts = Some(s.into_parts());
+            }
+            _ => {
+                let cap = self.capacity + self.model.cfg.block_size;
+                let s = BatchSession::new(&self.model, env.target, &mut *env.backend, 1, cap)?;
+                self.parts = Some(s.into_parts());
+                self.owner = Some(new_owner(&mut *env.backend)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        tokens: &[u32],
+        features: &Features,
+    ) -> Result<(), SpecError> {
+        let n_ctx = self
+            .parts
+            .as_ref()
+            .ok_or_else(|| drafter_err("commit before reset"))?
+            .n_ctx(0);
+        if features.rows != tokens.len() {
+            return Err(drafter_err(format!(
+                "{} tokens committed with {} feature rows",
+                tokens.len(),
+                features.rows
+            )));
+        }
+        let width = self.model.cfg.feature_width();
+        let end = n_ctx + self.pending_rows;
+        if features.start > end {
+            return Err(drafter_err(format!(
+                "committed rows start at position {}, the drafter's context ends at {end}",
+                features.start
+            )));
+        }
+        if features.start < end {
+            // The caller went back: forget the rows from `start` on.
+            if features.start >= n_ctx {
+                self.pending_rows = features.start - n_ctx;
+                self.pending.truncate(self.pending_rows * width);
+            } else {
+                let p = self.parts()?;
+                let mut s = BatchSession::from_parts(&self.model, &mut *env.backend, p);
+                s.truncate(0, features.start);
+                self.parts = Some(s.into_parts());
+                self.pending.clear();
+                self.pending_rows = 0;
+            }
+        }
+        if features.rows == 0 {
+            return Ok(());
+        }
+        let step = StepOutput {
+            hidden: features.layers.clone(),
+            rows: features.rows,
+            ..Default::default()
+        };
+        let rows = context_features(&self.model, env.target, &step, features.rows)?;
+        self.pending.extend_from_slice(&rows);
+        self.pending_rows += features.rows;
+        Ok(())
+    }
+
+    fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
+        let bsz = self.model.cfg.block_size;
+        let p = self.parts()?;
+        let mut s = BatchSession::from_parts(&self.model, &mut *env.backend, p);
+        let need = s.n_ctx(0) + self.pending_rows + bsz;
+        let grown = if need > s.cap() {
+            s.reserve(need.max(2 * s.cap()))
+        } else {
+            Ok(())
+        };
+        let req_one = SeqDraft {
+            feats: &self.pending,
+            last: req.root,
+        };
+        let out = grown.and_then(|()| s.draft(&[req_one], false));
+        self.parts = Some(s.into_parts());
+        let mut out = out?;
+        self.pending.clear();
+        self.pending_rows = 0;
+        let one = out
+            .pop()
+            .ok_or_else(|| drafter_err("no output for the slot"))?;
+        self.last_scores = one.scores;
+        let n = req.max.min(bsz - 1).min(one.tokens.len());
+        Ok(Draft::greedy(one.tokens[..n].to_vec()))
+    }
+}

@@ -1,0 +1,333 @@
+//! DFlash2 end to end on a synthetic checkpoint (tests/dflash2_fixture): the converter (DFlash2
+//! keys and tensors, errors for missing / unknown tensors and missing keys), the loader, the
+//! batched draft (one launch for several sequences equals one launch per sequence, CPU and
+//! wgpu, and wgpu equals CPU), and the drafter in the spec loop (greedy speculative output equals
+//! plain greedy output on the tiny-a target, CPU and wgpu, also with the replay wrapper forcing
+//! accepts through the real drafter).
+
+mod dflash2_fixture;
+
+use deltaspec::backend::{self, Backend};
+use deltaspec::model::draft::DFlash;
+use deltaspec::model::draft::convert::{OutType, convert_dflash};
+use deltaspec::model::draft::dflash2::{BatchSession, SeqDraft, SeqOutput};
+use deltaspec::model::{Qwen35, Session};
+use deltaspec::spec::dflash2::DFlash2Drafter;
+use deltaspec::spec::replay::{ReplayDrafter, ReplayProfile};
+use deltaspec::spec::{Drafter, RollbackMode, SpecConfig, SpecMode, generate_spec};
+use deltaspec::tensor::DType;
+use deltaspec::util::rng::Rng;
+use dflash2_fixture as fx;
+use std::path::{Path, PathBuf};
+
+fn convert(dir: &Path, out: &Path, t: OutType) -> PathBuf {
+    convert_dflash(dir, out, t).unwrap_or_else(|e| panic!("convert: {e}"));
+    out.to_path_buf()
+}
+
+fn drafter_gguf(tag: &str) -> (PathBuf, PathBuf) {
+    let d = fx::scratch(tag);
+    let ck = fx::write(&d.join("ck"), 7, &fx::Edits::default());
+    let g = convert(&ck, &d.join("d2.gguf"), OutType::F32);
+    (d, g)
+}
+
+#[test]
+fn converter_writes_dflash2_keys_and_tensors() {
+    let d = fx::scratch("convert");
+    let ck = fx::write(&d.join("ck"), 7, &fx::Edits::default());
+    let g = convert(&ck, &d.join("d2.gguf"), OutType::Q8_0);
+    let m = DFlash::load(&g).unwrap();
+    let c = &m.cfg;
+    let d2 = c.dflash2.as_ref().expect("dflash2 config");
+    assert_eq!(
+        (
+            d2.conv_kernel,
+            d2.conv_group,
+            d2.selector_rank,
+            d2.selector_top_k
+        ),
+        (fx::TAPS, fx::GROUP, fx::RANK, fx::TOP_K)
+    );
+    assert_eq!(c.block_size, fx::BLOCK, "block_size from dflash_config");
+    assert_eq!(c.vocab, Some(fx::VOCAB));
+    assert!(
+        c.sliding_layers.iter().all(|s| !s),
+        "is_causal false: no SWA"
+    );
+    let t = |n: &str| m.weights.get(n).unwrap_or_else(|| panic!("{n}"));
+    let base = t("blk.1.ffn_conv.base");
+    assert_eq!(base.dtype, DType::F32, "conv bases stay F32");
+    assert_eq!(base.shape, vec![2, fx::TAPS, fx::HIDDEN]);
+    let proj = t("blk.0.attn_conv.proj.weight");
+    assert_eq!(proj.dtype, DType::Q8_0);
+    assert_eq!(
+        proj.shape,
+        vec![2 * fx::TAPS * fx::HIDDEN / fx::GROUP, fx::HIDDEN]
+    );
+    assert_eq!(
+        t("dflash.selector.pred_cb").shape,
+        vec![fx::VOCAB, fx::RANK]
+    );
+    assert_eq!(
+        t("dflash.selector.hproj.weight").shape,
+        vec![fx::RANK, fx::HIDDEN]
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn converter_refuses_incomplete_or_unknown_dflash2_checkpoints() {
+    let d = fx::scratch("convert-bad");
+    let cases: Vec<(&str, fx::Edits, &str)> = vec![
+        (
+            "missing conv",
+            fx::Edits {
+                drop: vec!["layers.1.mlp_conv.kernel_projection.weight".into()],
+                ..Default::default()
+            },
+            "blk.1.ffn_conv.proj.weight",
+        ),
+        (
+            "missing codebook",
+            fx::Edits {
+                drop: vec!["candidate_selector.successor_codebook".into()],
+                ..Default::default()
+            },
+            "dflash.selector.succ_cb",
+        ),
+        (
+            "unknown tensor",
+            fx::Edits {
+                extra: vec![("candidate_selector.temperature".into(), vec![1])],
+                ..Default::default()
+            },
+            "candidate_selector.temperature",
+        ),
+        (
+            "missing top-k",
+            fx::Edits {
+                drop_keys: vec!["selector_top_k".into()],
+                ..Default::default()
+            },
+            "selector_top_k",
+        ),
+        (
+            "missing group size",
+            fx::Edits {
+                drop_keys: vec!["conv_group_size".into()],
+                ..Default::default()
+            },
+            "conv_group_size",
+        ),
+    ];
+    for (i, (what, edits, needle)) in cases.into_iter().enumerate() {
+        let ck = fx::write(&d.join(format!("ck{i}")), 7, &edits);
+        let out = d.join(format!("bad{i}.gguf"));
+        let e = convert_dflash(&ck, &out, OutType::F32).expect_err(what);
+        assert!(e.to_string().contains(needle), "{what}: {e}");
+        assert!(!out.exists(), "{what}: a partial file was left");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Random feature rows for `rows` positions.
+fn feats(rng: &mut Rng, m: &DFlash, rows: usize) -> Vec<f32> {
+    rng.vec_normal(rows * m.cfg.feature_width(), 1.0)
+}
+
+fn same(label: &str, got: &SeqOutput, want: &SeqOutput, tol: f32) {
+    assert_eq!(got.tokens, want.tokens, "{label}: proposals");
+    assert_eq!(got.cand, want.cand, "{label}: candidates");
+    for (name, a, b) in [
+        ("scores", &got.scores, &want.scores),
+        ("logits", &got.logits, &want.logits),
+    ] {
+        assert_eq!(a.len(), b.len(), "{label}: {name}");
+        let err = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
+            .fold(0.0f32, f32::max);
+        assert!(err <= tol, "{label}: {name} differ by {err}");
+    }
+}
+
+/// Rounds of (new context rows per sequence): prompts of different lengths, then accepts of
+/// different sizes, one sequence with no new rows.
+const ROUNDS: [[usize; 3]; 3] = [[7, 3, 11], [2, 5, 1], [0, 3, 4]];
+
+fn run_rounds(be: &mut dyn Backend, m: &DFlash, t: &Qwen35, batched: bool) -> Vec<Vec<SeqOutput>> {
+    let mut rng = Rng::new(44);
+    let mut out = Vec::new();
+    let per_round: Vec<Vec<(Vec<f32>, u32)>> = ROUNDS
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|&n| (feats(&mut rng, m, n), rng.below(fx::VOCAB) as u32))
+                .collect()
+        })
+        .collect();
+    if batched {
+        let mut s = BatchSession::new(m, t, be, 3, 20).unwrap();
+        for (ri, round) in per_round.iter().enumerate() {
+            if ri == 2 {
+                s.reserve(40).unwrap(); // growth keeps the committed rows
+            }
+            let reqs: Vec<SeqDraft> = round
+                .iter()
+                .map(|(f, last)| SeqDraft {
+                    feats: f,
+                    last: *last,
+                })
+                .collect();
+            out.push(s.draft(&reqs, true).unwrap());
+        }
+        s.free().unwrap();
+    } else {
+        let mut res = vec![Vec::new(); ROUNDS.len()];
+        for slot in 0..3 {
+            let mut s = BatchSession::new(m, t, &mut *be, 1, 40).unwrap();
+            for (ri, round) in per_round.iter().enumerate() {
+                let (f, last) = &round[slot];
+                let o = s
+                    .draft(
+                        &[SeqDraft {
+                            feats: f,
+                            last: *last,
+                        }],
+                        true,
+                    )
+                    .unwrap();
+                res[ri].extend(o);
+            }
+            s.free().unwrap();
+        }
+        out = res;
+    }
+    out
+}
+
+fn batched_vs_single(backend_name: &str) -> Option<Vec<Vec<SeqOutput>>> {
+    let mut be = match backend::create(backend_name) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped {backend_name}: {e}");
+            return None;
+        }
+    };
+    let (d, g) = drafter_gguf(&format!("batch-{backend_name}"));
+    let t = Qwen35::load(&fx::target_dir()).unwrap();
+    let m = DFlash::load(&g).unwrap();
+    let batched = run_rounds(be.as_mut(), &m, &t, true);
+    let single = run_rounds(be.as_mut(), &m, &t, false);
+    for (r, (b, s)) in batched.iter().zip(&single).enumerate() {
+        assert_eq!(b.len(), 3);
+        for (slot, (x, y)) in b.iter().zip(s).enumerate() {
+            assert_eq!(x.tokens.len(), fx::BLOCK - 1);
+            assert_eq!(x.logits.len(), (fx::BLOCK - 1) * fx::VOCAB);
+            same(&format!("{backend_name} round {r} slot {slot}"), x, y, 1e-5);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+    Some(batched)
+}
+
+#[test]
+fn batched_draft_equals_per_sequence_drafts() {
+    let cpu = batched_vs_single("cpu").unwrap();
+    if let Some(gpu) = batched_vs_single("wgpu") {
+        for (r, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+            for (slot, (x, y)) in g.iter().zip(c).enumerate() {
+                same(&format!("wgpu vs cpu round {r} slot {slot}"), x, y, 1e-4);
+            }
+        }
+    }
+}
+
+fn lossless_on(backend_name: &str, prompts: usize, n: usize) {
+    let mut be = match backend::create(backend_name) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("skipped {backend_name}: {e}");
+            return;
+        }
+    };
+    let (d, g) = drafter_gguf(&format!("lossless-{backend_name}"));
+    let t = Qwen35::load(&fx::target_dir()).unwrap();
+    let mut drafter = DFlash2Drafter::open(&g, &t).unwrap().with_capacity(8);
+    assert_eq!(drafter.max_draft(), fx::BLOCK - 1);
+    let mut rng = Rng::new(5);
+    let mut accepted = 0usize;
+    let mut steps = 0usize;
+    for p in 0..prompts {
+        let len = 3 + rng.below(14);
+        let prompt: Vec<u32> = (0..len).map(|_| rng.below(fx::VOCAB) as u32).collect();
+        let want = {
+            let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
+            s.generate_greedy(&prompt, n, 512, None, |_| {}).unwrap()
+        };
+        for rb in [RollbackMode::SnapshotReplay, RollbackMode::RecurrentHost] {
+            let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
+            let cfg = SpecConfig {
+                n,
+                chunk: 5,
+                mode: SpecMode::Chain,
+                rollback: rb,
+                ..Default::default()
+            };
+            let got = generate_spec(&mut s, &mut drafter, &prompt, &cfg, |_| {}, |_| {}).unwrap();
+            assert_eq!(
+                got.tokens,
+                want,
+                "{backend_name} prompt {p} ({} tokens) {}",
+                prompt.len(),
+                rb.name()
+            );
+            let acc = got.accepted_per_step();
+            steps += acc.len();
+            accepted += acc.iter().sum::<usize>();
+        }
+        // Real accepts: the replay wrapper runs the DFlash2 drafter at full cost and proposes
+        // the known continuation, so its context takes several accepted rows per round.
+        let inner = DFlash2Drafter::open(&g, &t).unwrap().with_capacity(4);
+        let mut r = ReplayDrafter::new(
+            Box::new(inner),
+            ReplayProfile::Mean(3.0),
+            prompt.len(),
+            want.clone(),
+            fx::VOCAB,
+            p as u64,
+        );
+        let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
+        let cfg = SpecConfig {
+            n,
+            chunk: 5,
+            mode: SpecMode::Chain,
+            ..Default::default()
+        };
+        let got = generate_spec(&mut s, &mut r, &prompt, &cfg, |_| {}, |_| {}).unwrap();
+        assert_eq!(got.tokens, want, "{backend_name} replay prompt {p}");
+        assert!(
+            got.mean_accept_len() > 1.5,
+            "replay accepted {:?}",
+            got.accepted_per_step()
+        );
+    }
+    println!(
+        "{backend_name}: {prompts} prompts × {n} tokens lossless with {}; {accepted} drafts \
+         accepted over {steps} spec steps",
+        drafter.name()
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn dflash2_speculation_is_lossless_on_cpu() {
+    lossless_on("cpu", 4, 20);
+}
+
+#[test]
+fn dflash2_speculation_is_lossless_on_wgpu() {
+    lossless_on("wgpu", 2, 12);
+}
