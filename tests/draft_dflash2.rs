@@ -226,7 +226,10 @@ fn batched_vs_single(backend_name: &str) -> Option<Vec<Vec<SeqOutput>>> {
         for (slot, (x, y)) in b.iter().zip(s).enumerate() {
             assert_eq!(x.tokens.len(), fx::BLOCK - 1);
             assert_eq!(x.logits.len(), (fx::BLOCK - 1) * fx::VOCAB);
-            same(&format!("{backend_name} round {r} slot {slot}"), x, y, 1e-5);
+            // The GPU's matmul kernels pick their tiling by row count, so batched and single
+            // launches sum in different orders there.
+            let tol = if backend_name == "cpu" { 1e-6 } else { 1e-4 };
+            same(&format!("{backend_name} round {r} slot {slot}"), x, y, tol);
         }
     }
     let _ = std::fs::remove_dir_all(&d);
