@@ -334,3 +334,59 @@ fn dflash2_speculation_is_lossless_on_cpu() {
 fn dflash2_speculation_is_lossless_on_wgpu() {
     lossless_on("wgpu", 2, 12);
 }
+
+fn deltaspec(args: &[&str]) -> (bool, String) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}
+
+/// `generate --draft` runs DFlash2 (from the checkpoint directory, converted on the fly) and
+/// prints plain greedy's tokens; `bench draft` times single and batched DFlash2 steps.
+#[test]
+fn cli_generate_and_bench_draft_with_dflash2() {
+    let d = fx::scratch("cli");
+    let ck = fx::write(&d.join("ck"), 7, &fx::Edits::default());
+    let target = fx::target_dir();
+    let (t, c) = (target.to_str().unwrap(), ck.to_str().unwrap());
+    let base = [
+        "generate",
+        "--model",
+        t,
+        "--tokens",
+        "5,9,200,3",
+        "-n",
+        "12",
+        "--json",
+    ];
+    let (ok, plain) = deltaspec(&base);
+    assert!(ok, "{plain}");
+    let mut with = base.to_vec();
+    with.extend(["--draft", c, "--spec", "chain"]);
+    let (ok, spec) = deltaspec(&with);
+    assert!(ok, "{spec}");
+    let tokens = |s: &str| -> serde_json::Value {
+        let line = s.lines().find(|l| l.starts_with('{')).expect(s);
+        serde_json::from_str::<serde_json::Value>(line).unwrap()["tokens"].clone()
+    };
+    assert_eq!(tokens(&spec), tokens(&plain), "speculative vs plain tokens");
+    for seqs in ["1", "3"] {
+        let (ok, out) = deltaspec(&[
+            "bench", "draft", "--model", t, "--draft", c, "-n", "2", "--ctx", "16", "--seqs", seqs,
+            "--json",
+        ]);
+        assert!(ok, "{out}");
+        let line = out.lines().find(|l| l.starts_with('{')).expect(&out);
+        let j: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(j["draft_to_target_ratio"].as_f64().unwrap() > 0.0, "{out}");
+        assert_eq!(j["block"].as_u64(), Some(fx::BLOCK as u64));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -16,6 +16,8 @@ pub enum Which {
     /// Speculative vs plain greedy decode from the same prompt in the same run: tok/s of both,
     /// mean accepted length, draft/verify/rollback time split (`--replay-profile`: REPLAY).
     Spec(super::bench_spec::Args),
+    /// One drafter step vs one verify-sized target step: both times and their ratio.
+    Draft(super::bench_draft::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -55,6 +57,7 @@ pub fn run(w: &Which) -> anyhow::Result<()> {
         Which::Decode(a) => decode(a),
         Which::Bandwidth(a) => bandwidth(a),
         Which::Spec(a) => super::bench_spec::run(a),
+        Which::Draft(a) => super::bench_draft::run(a),
     }
 }
 

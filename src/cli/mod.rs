@@ -4,6 +4,7 @@
 
 mod backends;
 mod bench;
+mod bench_draft;
 mod bench_spec;
 mod convert;
 mod draft;

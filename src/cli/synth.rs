@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Model shape: `qwen3.8-27b` or `tiny`.
+    /// Model shape: `qwen3.8-27b` or `tiny`; or a drafter for the 27B target: `dflash-27b`
+    /// (block 16), `dspark-27b` (block 8, Markov rank 256), `dflash2-27b` (block 8, selector
+    /// rank 256, top-k 16).
     #[arg(long)]
     pub preset: String,
     /// Keep only the first N layers (the pattern is kept: full attention every 4th).
@@ -22,6 +24,9 @@ pub struct Args {
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
+    if let Some(cfg) = crate::model::draft::synth::preset(&a.preset) {
+        return drafter(a, &cfg);
+    }
     let mut cfg = synth::preset(&a.preset)?;
     if let Some(n) = a.layers {
         anyhow::ensure!(n > 0, "--layers must be at least 1");
@@ -42,6 +47,29 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         a.out.display(),
         bytes as f64 / (1u64 << 30) as f64,
         cfg.n_layers,
+        recipe,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A synthetic drafter (`--preset dflash-27b | dspark-27b | dflash2-27b`).
+fn drafter(a: &Args, cfg: &crate::model::draft::DFlashConfig) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.layers.is_none(),
+        "--layers applies to target presets, not to drafter preset {}",
+        a.preset
+    );
+    let recipe = Recipe::parse(&a.quant)?;
+    let t = std::time::Instant::now();
+    let bytes = crate::model::draft::synth::write(cfg, recipe, a.seed, &a.out)
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    eprintln!(
+        "wrote {} ({:.2} GiB, drafter {}, block {}, {:?}) in {:.1} s",
+        a.out.display(),
+        bytes as f64 / (1u64 << 30) as f64,
+        a.preset,
+        cfg.block_size,
         recipe,
         t.elapsed().as_secs_f64()
     );

@@ -78,7 +78,7 @@ impl Recipe {
 
     /// The type of a 2-D weight `name` whose rows hold `cols` values, falling back the way
     /// llama.cpp does when rows are not whole blocks.
-    fn dtype_for(self, name: &str, cols: usize) -> DType {
+    pub(crate) fn dtype_for(self, name: &str, cols: usize) -> DType {
         let fits = |d: DType| cols.is_multiple_of(d.block_elems());
         let pick = |want: DType, fallback: DType| {
             if fits(want) {
@@ -106,7 +106,7 @@ impl Recipe {
 
 /// How the data of one tensor is made.
 #[derive(Clone, Copy, Debug)]
-enum Fill {
+pub(crate) enum Fill {
     /// N(0, sigma).
     Normal(f32),
     /// 1 + N(0, 0.1): norm weights.
@@ -115,7 +115,7 @@ enum Fill {
     NegDecay,
 }
 
-fn seed_of(name: &str, seed: u64) -> u64 {
+pub(crate) fn seed_of(name: &str, seed: u64) -> u64 {
     name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
@@ -169,7 +169,7 @@ pub fn random_weight(
 }
 
 /// Streams `rows × cols` values of `dtype` to `w`.
-fn write_tensor(
+pub(crate) fn write_tensor(
     w: &mut dyn Write,
     dtype: DType,
     rows: usize,

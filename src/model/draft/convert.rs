@@ -513,7 +513,7 @@ fn dflash2_config(
     Ok(Some(cfg))
 }
 
-fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
+pub(crate) fn write_metadata(w: &mut GgufWriter, c: &DFlashConfig) {
     let k = |s: &str| format!("{ARCH}.{s}");
     let u32v = |v: usize| Value::U32(v as u32);
     w.add_kv("general.architecture", Value::from(ARCH));

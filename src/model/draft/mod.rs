@@ -13,6 +13,7 @@ mod gguf_load;
 mod graph;
 pub mod llamacpp;
 mod session;
+pub mod synth;
 
 pub use config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
 pub use session::{DraftOutput, DraftParts, DraftSession, context_features};

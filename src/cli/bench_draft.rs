@@ -1,0 +1,183 @@
+//! `deltaspec bench draft --model T --draft D [--backend ..] [-n N] [--ctx C] [--accept A]
+//! [--seqs S] [--json]`: one drafter step against one target step, on the same backend.
+//!
+//! - target step: a verify-sized forward of `B` rows (B = the drafter's block size: the root
+//!   and B−1 drafts) capturing the drafter's feature layers, as a chain round runs it;
+//! - drafter step: one proposal through the [`Drafter`] protocol (DFlash, DSpark or DFlash2)
+//!   after committing `A` new context rows (the accepted rows of a round), with `C` context
+//!   rows committed before timing starts. With `--seqs S > 1` (DFlash2 only) one batched launch
+//!   drafts for S sequences ([`BatchSession`]).
+//!
+//! Prints both times and the drafter-step / target-step ratio. Feature rows are random: the
+//! time of a step does not depend on the values.
+
+use crate::backend;
+use crate::model::draft::dflash2::{BatchSession, SeqDraft};
+use crate::model::qwen35::{GraphOptions, LogitRows};
+use crate::model::{Qwen35, Session};
+use crate::spec::{DraftRequest, Features, Sampling};
+use crate::util::rng::Rng;
+use anyhow::Context;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The target: a qwen35 GGUF file or an HF checkpoint directory.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The drafter: a qwen35-dflash-draft GGUF file or a checkpoint directory.
+    #[arg(long)]
+    pub draft: PathBuf,
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// Steps timed (each kind).
+    #[arg(short = 'n', long, default_value_t = 32)]
+    pub n: usize,
+    /// Context rows committed to the drafter before timing.
+    #[arg(long, default_value_t = 1024)]
+    pub ctx: usize,
+    /// New context rows the drafter appends per step (accepted drafts + 1).
+    #[arg(long, default_value_t = 4)]
+    pub accept: usize,
+    /// Sequences drafted in one launch (DFlash2 only).
+    #[arg(long, default_value_t = 1)]
+    pub seqs: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Random feature rows of `layers` for `rows` positions from `start`.
+fn features(rng: &mut Rng, layers: &[usize], start: usize, rows: usize, h: usize) -> Features {
+    Features {
+        start,
+        rows,
+        width: h,
+        layers: layers
+            .iter()
+            .map(|&l| (l, rng.vec_normal(rows * h, 1.0)))
+            .collect(),
+    }
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.n >= 1 && a.accept >= 1 && a.seqs >= 1,
+        "-n, --accept and --seqs must be ≥ 1"
+    );
+    let mut be = backend::create(&a.backend)?;
+    let name = be.name();
+    let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let mut drafter = crate::spec::dflash::open_any(&a.draft, &m, 0)
+        .with_context(|| format!("opening {}", a.draft.display()))?;
+    let bsz = drafter.max_draft() + 1;
+    let layers = drafter.feature_layers();
+    let h = m.cfg.hidden;
+    let mut rng = Rng::new(1);
+
+    // Target: verify-sized steps with feature capture.
+    let cap = a.ctx + (a.n + 2) * (bsz + a.accept) + bsz;
+    let mut s = Session::new(&m, be.as_mut(), cap)?;
+    let opts = GraphOptions {
+        logits: LogitRows::All,
+        argmax: true,
+        capture: layers.clone(),
+    };
+    let block = vec![1u32; bsz];
+    s.forward(&block, &opts)?; // warm-up: compiles the graph, touches the weights
+    let t = Instant::now();
+    for _ in 0..a.n {
+        s.forward(&block, &opts)?;
+    }
+    let target_ms = t.elapsed().as_secs_f64() * 1e3 / a.n as f64;
+
+    // Drafter: commit the context, then time propose after each append of `accept` rows.
+    let draft_ms = if a.seqs == 1 {
+        let mut env = crate::spec::env(&mut s);
+        drafter.reset(&mut env)?;
+        let ctx_tokens = vec![1u32; a.ctx];
+        let f = features(&mut rng, &layers, 0, a.ctx, h);
+        drafter.commit(&mut env, &ctx_tokens, &f)?;
+        let req = DraftRequest {
+            root: 1,
+            max: bsz - 1,
+            sampling: Sampling::greedy(),
+        };
+        let mut pos = a.ctx;
+        drafter.propose(&mut env, &req)?; // warm-up: the context append and the graphs
+        let acc = vec![1u32; a.accept];
+        let mut total = 0.0;
+        for _ in 0..=a.n {
+            let f = features(&mut rng, &layers, pos, a.accept, h);
+            drafter.commit(&mut env, &acc, &f)?;
+            pos += a.accept;
+            let t = Instant::now();
+            drafter.propose(&mut env, &req)?;
+            total += t.elapsed().as_secs_f64();
+        }
+        // The first timed propose still compiles the graph for `accept` new rows.
+        total * 1e3 / (a.n + 1) as f64
+    } else {
+        batched(a, &m, &mut s, bsz, &mut rng)?
+    };
+    let ratio = draft_ms / target_ms;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "backend": name, "model": a.model.display().to_string(),
+                "draft": a.draft.display().to_string(), "drafter": drafter.name(),
+                "block": bsz, "ctx": a.ctx, "accept": a.accept, "seqs": a.seqs, "n": a.n,
+                "target_step_ms": target_ms, "draft_step_ms": draft_ms,
+                "draft_to_target_ratio": ratio,
+            })
+        );
+    } else {
+        println!("backend:      {name}");
+        println!("drafter:      {}", drafter.name());
+        println!("target step:  {target_ms:.3} ms ({bsz} rows, verify-sized, with capture)");
+        println!(
+            "drafter step: {draft_ms:.3} ms ({} seq, +{} ctx rows after {}, block {bsz})",
+            a.seqs, a.accept, a.ctx
+        );
+        println!("ratio:        {ratio:.3} (drafter step / target step)");
+    }
+    Ok(())
+}
+
+/// One batched DFlash2 launch for `--seqs` sequences per step (random context rows).
+fn batched(
+    a: &Args,
+    m: &Qwen35,
+    s: &mut Session<'_>,
+    bsz: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<f64> {
+    let d = crate::spec::dflash::load_model(&a.draft)?;
+    anyhow::ensure!(
+        d.cfg.dflash2.is_some(),
+        "--seqs > 1 needs a DFlash2 drafter (batched launches)"
+    );
+    let width = d.cfg.feature_width();
+    let cap = a.ctx + (a.n + 2) * a.accept + bsz;
+    let mut bs = BatchSession::new(&d, m, s.backend(), a.seqs, cap)?;
+    let mut step = |rows: usize| -> anyhow::Result<f64> {
+        let feats: Vec<Vec<f32>> = (0..a.seqs)
+            .map(|_| rng.vec_normal(rows * width, 1.0))
+            .collect();
+        let reqs: Vec<SeqDraft> = feats
+            .iter()
+            .map(|f| SeqDraft { feats: f, last: 1 })
+            .collect();
+        let t = Instant::now();
+        bs.draft(&reqs, false)?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    step(a.ctx)?;
+    step(a.accept)?; // compiles the graph for `accept` rows
+    let mut total = 0.0;
+    for _ in 0..a.n {
+        total += step(a.accept)?;
+    }
+    Ok(total * 1e3 / a.n as f64)
+}
