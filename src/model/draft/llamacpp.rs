@@ -115,5 +115,6 @@ pub(super) fn config(f: &GgufFile) -> Result<DFlashConfig, ModelError> {
         sliding_window,
         sliding_layers,
         dspark: None,
+        dflash2: None,
     })
 }
