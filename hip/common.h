@@ -252,3 +252,57 @@ DEV void ds_sincosf(float a, float* s_out, float* c_out) {
 }
 
 DEV float nan_f32() { return __builtin_bit_cast(float, 0x7fc00000u); }
+
+// ---------------------------------------------------------------------------------------------
+// Packed 8-bit integer arithmetic for the int8-activation matmul (hip/qmatmul.hip).
+
+// c + Σ a.byte[i] * b.byte[i] over the four signed bytes of a and b (dp4a / v_dot4).
+DEV i32 dot4_i8(u32 a, u32 b, i32 c) {
+#if defined(__AMDGPU__)
+    // RDNA3/3.5/4 (gfx11/gfx12) have the mixed-sign form; both operands signed here.
+    return __builtin_amdgcn_sudot4(true, (i32)a, true, (i32)b, c, false);
+#elif defined(__NVPTX__)
+    i32 r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    for (u32 i = 0; i < 4; ++i) c += (i32)(i8)(u8)(a >> (8 * i)) * (i32)(i8)(u8)(b >> (8 * i));
+    return c;
+#endif
+}
+
+// Byte-wise table lookup: out.byte[i] = table.byte[idx.byte[i]] for idx bytes in 0..15, where
+// the 16-byte table is the words t0 (bytes 0-3) .. t3 (bytes 12-15). One selector byte per
+// output byte, so the same call serves every nibble position (the caller masks).
+DEV u32 lut16(u32 idx, u32 t0, u32 t1, u32 t2, u32 t3) {
+#if defined(__AMDGPU__)
+    // v_perm_b32 selects bytes 0-7 of {hi:lo}; bit 3 of each index then picks the upper half.
+    const u32 s = idx & 0x07070707u;
+    const u32 lo = __builtin_amdgcn_perm(t1, t0, s);
+    const u32 hi = __builtin_amdgcn_perm(t3, t2, s);
+    return __builtin_amdgcn_perm(hi, lo, 0x03020100u | ((idx & 0x08080808u) >> 1));
+#elif defined(__NVPTX__)
+    // prmt takes 4-bit selectors (bit 3 = sign replicate, so only 0-7 are used): pack the four
+    // index bytes into the low 16 bits, look up in both halves, then pick per byte.
+    const u32 n = idx | (idx >> 4);
+    const u32 sel = (n & 0xffu) | ((n >> 8) & 0xff00u);
+    u32 lo, hi, r;
+    const u32 s7 = sel & 0x7777u;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(t0), "r"(t1), "r"(s7));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(t2), "r"(t3), "r"(s7));
+    const u32 pick = 0x3210u | ((sel & 0x8888u) >> 1);
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(lo), "r"(hi), "r"(pick));
+    return r;
+#else
+    const u32 t[4] = {t0, t1, t2, t3};
+    u32 r = 0;
+    for (u32 i = 0; i < 4; ++i) {
+        const u32 k = (idx >> (8 * i)) & 0xf;
+        r |= ((t[k / 4] >> (8 * (k % 4))) & 0xff) << (8 * i);
+    }
+    return r;
+#endif
+}
+
+// The 32-bit word at byte offset `sh` (0-3) into the 64-bit little-endian pair {hi:lo}.
+DEV u32 funnel(u32 lo, u32 hi, u32 sh) { return (u32)((((u64)hi << 32) | lo) >> (8 * sh)); }

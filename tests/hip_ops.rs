@@ -220,7 +220,8 @@ fn ks(dtype: DType) -> Vec<usize> {
 
 #[test]
 fn matmul_every_type_gemv_and_tiled() {
-    // gemv_max_n: default (GEMV up to 32 rows), 0 (always tiled), huge (always GEMV).
+    // gemv_max_n: default (GEMV up to 64 rows), 0 (always tiled), huge (always GEMV); f32
+    // activations (the int8 path has its own test below).
     for (label, max_n) in [
         ("default", None),
         ("tiled", Some(0)),
@@ -232,6 +233,7 @@ fn matmul_every_type_gemv_and_tiled() {
                 let mut rng = Rng::new(k as u64 * 31 + m as u64);
                 let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
                 let Some(mut p) = Pair::with("matmul", &w, &[], |g| {
+                    g.set_int8_matmul(false);
                     if let Some(n) = max_n {
                         g.set_gemv_max_n(n);
                     }
@@ -254,6 +256,90 @@ fn matmul_every_type_gemv_and_tiled() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Types with an int8-activation kernel (`kernels::QGEMV_TYPES`).
+const INT8_TYPES: &[DType] = &[
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Iq4Xs,
+];
+
+#[test]
+fn matmul_int8_activations_match_the_quantized_reference() {
+    // The GPU quantizes x to int8 per 32 values; the CPU gets those same values as f32
+    // (`q8_activation_roundtrip`), so both compute the same products and agree to rounding.
+    for &dtype in INT8_TYPES {
+        for k in ks(dtype) {
+            for m in [1, 37, 130] {
+                let mut rng = Rng::new(k as u64 * 7 + m as u64);
+                let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
+                let Some(mut p) = Pair::with("matmul_int8", &w, &[], |g| {
+                    g.set_int8_matmul(true);
+                    g.set_gemv_max_n(usize::MAX); // 33 rows too (two passes of 16 + 1)
+                }) else {
+                    return;
+                };
+                for n in [1, 2, 3, 5, 8, 13, 16, 17, 33] {
+                    let x = rng.vec_normal(n * k, 1.0);
+                    let xq = quant::q8_activation_roundtrip(&x);
+                    let g = matmul_graph(n, k, m, dtype);
+                    let ec = p.cpu.be.compile(&g).unwrap();
+                    let c = p
+                        .cpu
+                        .be
+                        .run(ec, p.cpu.w, p.cpu.s, &[("x", HostData::F32(xq))]);
+                    let eg = p.gpu.be.compile(&g).unwrap();
+                    let h = p
+                        .gpu
+                        .be
+                        .run(eg, p.gpu.w, p.gpu.s, &[("x", HostData::F32(x))]);
+                    compare(
+                        &format!("matmul[int8] {dtype} n={n} k={k} m={m}"),
+                        &c.unwrap(),
+                        &h.unwrap(),
+                        F32_TOL,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_int8_rows_do_not_depend_on_the_batch() {
+    // Lossless speculation needs a verify row to equal the decode of the same row bit for bit.
+    let (k, m) = (512, 77);
+    for &dtype in INT8_TYPES {
+        let mut rng = Rng::new(99);
+        let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
+        let Some(mut g) = gpu("matmul_int8_batch") else {
+            return;
+        };
+        g.set_int8_matmul(true);
+        let wid = g.upload_weights(&w).unwrap();
+        let sid = g.alloc_states(&[]).unwrap();
+        let x = rng.vec_normal(16 * k, 1.0);
+        let mut run = |n: usize, x: &[f32]| {
+            let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
+            f32s(
+                &g.run(e, wid, sid, &[("x", HostData::F32(x.to_vec()))])
+                    .unwrap()[0]
+                    .1,
+            )
+        };
+        let all = run(16, &x);
+        for n in [1, 3, 8] {
+            let some = run(n, &x[..n * k]);
+            assert_eq!(
+                some,
+                all[..n * m],
+                "{dtype}: rows of an n={n} batch differ from n=16"
+            );
         }
     }
 }
@@ -778,11 +864,25 @@ fn argmax_and_top_k_with_ties_and_nan() {
 
 #[test]
 fn tiny_q8_0_model_prefill_and_decode_match_cpu() {
+    // f32 activations: the CPU reference's arithmetic, to rounding.
+    tiny_model(false, 1e-4);
+}
+
+#[test]
+fn tiny_q8_0_model_with_int8_activations_stays_close_to_cpu() {
+    // Int8 activations (the default decode path) quantize every matmul input, as llama.cpp does;
+    // the model then sits about 1e-2 from the f32 reference (tests/fixtures/models/README.md
+    // measures llama.cpp at 3e-3 … 1e-2 on the same kind of model).
+    tiny_model(true, 5e-2);
+}
+
+fn tiny_model(int8: bool, tol: f64) {
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
     use deltaspec::model::{Qwen35, Session, synth};
-    let Some(g) = gpu("tiny_model") else {
+    let Some(mut g) = gpu("tiny_model") else {
         return;
     };
+    g.set_int8_matmul(int8);
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tiny-q8_0.gguf");
@@ -815,17 +915,20 @@ fn tiny_q8_0_model_prefill_and_decode_match_cpu() {
                  h: &deltaspec::model::session::StepOutput| {
         assert_eq!(c.logits.len(), h.logits.len());
         let e = rel_err(&h.logits, &c.logits);
-        assert!(e <= 1e-4, "{what}: logits relative error {e:.3e}");
-        assert_eq!(h.argmax, c.argmax, "{what}: argmax");
+        assert!(e <= tol, "{what}: logits relative error {e:.3e}");
+        // Greedy tokens of a nearly flat random model may flip under int8 rounding.
         assert_eq!(
             common::argmax_rows(&h.logits, vocab),
-            common::argmax_rows(&c.logits, vocab),
-            "{what}"
+            h.argmax.iter().map(|&a| a as usize).collect::<Vec<_>>(),
+            "{what}: argmax output vs logits"
         );
+        if !int8 {
+            assert_eq!(h.argmax, c.argmax, "{what}: argmax");
+        }
         for ((lc, vc), (lh, vh)) in c.hidden.iter().zip(&h.hidden) {
             assert_eq!(lc, lh);
             let e = rel_err(vh, vc);
-            assert!(e <= 1e-4, "{what}: hidden.{lc} relative error {e:.3e}");
+            assert!(e <= tol, "{what}: hidden.{lc} relative error {e:.3e}");
         }
         eprintln!("{what}: logits rel err {e:.2e}");
     };

@@ -46,6 +46,7 @@ pub const SOURCES: &[&str] = &[
     "gdn",
     "matmul",
     "norm",
+    "qmatmul",
     "rope",
     "select",
 ];
@@ -81,6 +82,25 @@ pub const GEMV_THREADS: u32 = 128;
 pub fn gemv_rows(nt: u32) -> u32 {
     if nt == 1 { 4 } else { 2 }
 }
+/// Weight types with an int8-activation kernel (`DS_FOR_EACH_QTYPE` in `hip/qmatmul.hip`).
+pub const QGEMV_TYPES: &[&str] = &["q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"];
+/// Input rows the int8-activation GEMV accumulates per pass over the weights.
+pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8, 16];
+/// Threads of a `qgemv_*` / `quantize_q8` block (`QG_THREADS`); each warp is independent.
+pub const QGEMV_THREADS: u32 = 128;
+/// Weight rows one warp of `qgemv_*` owns for a tile of `nt` input rows (`qgemv_rows`).
+pub fn qgemv_rows(nt: u32) -> u32 {
+    if nt >= 8 { 4 } else { 2 }
+}
+/// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 16.
+pub fn qgemv_tile(n: usize) -> u32 {
+    QGEMV_TILES
+        .iter()
+        .copied()
+        .find(|&t| t as usize >= n)
+        .unwrap_or(16)
+}
+
 /// Elements of a row one `argmax_part_f32` block reduces (`ARGMAX_CHUNK` in `hip/select.hip`).
 pub const ARGMAX_CHUNK: usize = 256 * 8;
 /// Attention variants: head-dim elements per lane (hd <= 32 · HDL).
@@ -150,6 +170,12 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         v.push(("matmul", format!("mm_{ty}")));
         v.push(("matmul", format!("embed_{ty}")));
         v.push(("matmul", format!("dequant_{ty}")));
+    }
+    v.push(("qmatmul", "quantize_q8".into()));
+    for ty in QGEMV_TYPES {
+        for nt in QGEMV_TILES {
+            v.push(("qmatmul", format!("qgemv_{ty}_{nt}")));
+        }
     }
     for n in ["rms_norm", "add_rms_norm", "gated_rms_norm", "l2_norm"] {
         v.push(("norm", n.into()));

@@ -398,6 +398,9 @@ pub(super) fn node(
                 u32_of(m)?,
                 Arg::U64(row_bytes),
             ];
+            if n <= be.gemv_max_n && be.int8_matmul && kernels::QGEMV_TYPES.contains(&suffix) {
+                return qgemv(be, env, node, suffix, n, k, m, row_bytes);
+            }
             if n <= be.gemv_max_n {
                 let nt = match n {
                     0 | 1 => 1,
@@ -917,4 +920,84 @@ fn attention(
         )?;
     }
     Ok(())
+}
+
+/// `y = x · wᵀ` with int8 activations: `quantize_q8` writes x's rows to the quantized-activation
+/// buffer (skipped when the previous matmul of this run already quantized the same tensor),
+/// then `qgemv_<type>_<tile>` reads them (see `hip/qmatmul.hip`).
+#[allow(clippy::too_many_arguments)]
+fn qgemv(
+    be: &HipBackend,
+    env: &Env<'_>,
+    node: &Node,
+    suffix: &str,
+    n: usize,
+    k: usize,
+    m: usize,
+    row_bytes: u64,
+) -> Result<(), BackendError> {
+    let x = node.inputs[0];
+    let nb = k / 32;
+    let q_bytes = align256(n * k);
+    let d_bytes = align256(n * nb * 4);
+    let base = be.qscratch(q_bytes + 2 * d_bytes)?;
+    let (xq, xd, xs) = (
+        base,
+        base + q_bytes as DevPtr,
+        base + (q_bytes + d_bytes) as DevPtr,
+    );
+    let root = env.graph.storage_root(x);
+    if be.quantized.get() != Some(root) {
+        launch(
+            be,
+            "qmatmul",
+            "quantize_q8",
+            [
+                blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
+                1,
+                1,
+            ],
+            kernels::QGEMV_THREADS,
+            &[
+                Arg::P(env.ptr(x)),
+                Arg::P(xq),
+                Arg::P(xd),
+                Arg::P(xs),
+                u32_arg(be, n)?,
+                u32_arg(be, k)?,
+            ],
+        )?;
+        be.quantized.set(Some(root));
+    }
+    let nt = kernels::qgemv_tile(n);
+    let rows_per_block = u64::from(kernels::qgemv_rows(nt) * (kernels::QGEMV_THREADS / 32));
+    launch(
+        be,
+        "qmatmul",
+        &format!("qgemv_{suffix}_{nt}"),
+        [blocks(m as u64, rows_per_block), 1, 1],
+        kernels::QGEMV_THREADS,
+        &[
+            Arg::P(env.ptr(node.inputs[1])),
+            Arg::P(xq),
+            Arg::P(xd),
+            Arg::P(xs),
+            Arg::P(env.ptr(node.outputs[0])),
+            u32_arg(be, n)?,
+            u32_arg(be, k)?,
+            u32_arg(be, m)?,
+            Arg::U64(row_bytes),
+        ],
+    )
+}
+
+fn align256(v: usize) -> usize {
+    v.div_ceil(256) * 256
+}
+
+/// A size as a 32-bit kernel argument.
+fn u32_arg(be: &HipBackend, v: usize) -> Result<Arg, BackendError> {
+    u32::try_from(v)
+        .map(Arg::U32)
+        .map_err(|_| unsupported(be, &Op::MatMul, format!("size {v} exceeds 32 bits")))
 }

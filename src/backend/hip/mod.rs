@@ -104,8 +104,17 @@ pub struct HipBackend {
     execs: Vec<Exec>,
     /// Grow-only scratch (attention split partials).
     scratch: RefCell<Option<Buf>>,
+    /// Grow-only buffer of int8-quantized activations (`quantize_q8` → `qgemv_*`).
+    qscratch: RefCell<Option<Buf>>,
+    /// The tensor whose quantized rows `qscratch` holds in the current run (several matmuls
+    /// over one input quantize it once). Cleared at the start of every run.
+    quantized: std::cell::Cell<Option<crate::graph::TensorId>>,
     poison: bool,
     gemv_max_n: usize,
+    /// Matmuls with few rows over Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights quantize the activations
+    /// to int8 and use integer dot products (as llama.cpp does); off = f32 activations, which
+    /// agree with the CPU reference to rounding. `DELTASPEC_HIP_MATMUL=f32` turns it off.
+    int8_matmul: bool,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -157,11 +166,19 @@ impl HipBackend {
             states: Vec::new(),
             execs: Vec::new(),
             scratch: RefCell::new(None),
+            qscratch: RefCell::new(None),
+            quantized: std::cell::Cell::new(None),
             poison: false,
+            int8_matmul: !matches!(
+                std::env::var("DELTASPEC_HIP_MATMUL").as_deref(),
+                Ok("f32") | Ok("exact")
+            ),
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(32),
+                // Verify widths up to 64 rows (tree budgets) take the same int8 path as decode,
+                // so a verified row equals the decoded row bit for bit.
+                .unwrap_or(64),
             drv,
         };
         let candidates: Vec<String> = match b.drv.api() {
@@ -225,6 +242,11 @@ impl HipBackend {
         self.gemv_max_n = n;
     }
 
+    /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
+    pub fn set_int8_matmul(&mut self, on: bool) {
+        self.int8_matmul = on;
+    }
+
     fn load_module_for(&self, target: &str, source: &str) -> Result<Handle, String> {
         let blob = kernels::blobs()
             .iter()
@@ -286,6 +308,23 @@ impl HipBackend {
         // Freeing can only fail for a pointer the driver does not know, which would be a bug
         // here; there is nothing useful to do about it at release time.
         let _ = self.drv.free(b.ptr);
+    }
+
+    /// The quantized-activation buffer, at least `bytes`; growing it forgets what it held.
+    pub(crate) fn qscratch(&self, bytes: usize) -> Result<DevPtr, BackendError> {
+        let mut s = self.qscratch.borrow_mut();
+        if let Some(b) = *s {
+            if b.bytes >= bytes {
+                return Ok(b.ptr);
+            }
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            self.free(b);
+            *s = None;
+            self.quantized.set(None);
+        }
+        let b = self.alloc(bytes)?;
+        *s = Some(b);
+        Ok(b.ptr)
     }
 
     /// A scratch buffer of at least `bytes` (valid until the next call).
@@ -625,6 +664,7 @@ impl Backend for HipBackend {
             ss,
             bound: &bound,
         };
+        self.quantized.set(None);
         let profiling = crate::backend::profile::enabled();
         for (i, node) in graph.nodes.iter().enumerate() {
             if !profiling {
@@ -722,6 +762,7 @@ impl Drop for HipBackend {
             bufs.extend(ex.consts.values().copied());
         }
         bufs.extend(self.scratch.borrow().iter().copied());
+        bufs.extend(self.qscratch.borrow().iter().copied());
         for b in bufs {
             self.free(b);
         }

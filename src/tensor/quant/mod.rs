@@ -192,3 +192,18 @@ pub fn quantize(dtype: DType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
 
 #[cfg(test)]
 mod tests;
+
+/// The activations as the int8-activation matmuls see them (ggml's q8_1 rounding, hip
+/// `quantize_q8`): per 32 consecutive values `d = max|x| / 127`, `q = round(x · (1/d))`, value
+/// `d · q`. A trailing partial group is quantized the same way. The reference for those kernels:
+/// their result equals the f32 matmul of the dequantized weights with these values, to rounding.
+pub fn q8_activation_roundtrip(x: &[f32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for g in x.chunks(32) {
+        let amax = g.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend(g.iter().map(|v| d * (v * id).round()));
+    }
+    out
+}

@@ -1,0 +1,241 @@
+// Int8-activation matmul for decode and verify widths (llama.cpp's MMVQ idea, written for our
+// layout): the activations are quantized per 32 values to int8 with one f32 scale (and the
+// scaled sum, for formats with a per-block minimum), and each weight sub-block is decoded to
+// packed int8 words that meet the activations in 4-way integer dot products (dp4a/v_dot4).
+// Decoding a weight word costs a few integer ops for 8 values instead of a float conversion
+// and multiply per value, which is what kept the float GEMV ALU-bound.
+//
+// Layout of the quantized activations (written by quantize_q8, read by qgemv_*):
+//   XQ int8 [N, K]     XD f32 [N, K/32] (scale d)     XS f32 [N, K/32] (d · Σ q)
+// with q = round(x / d), d = max|x| / 127 over each 32 values (ggml's q8_1).
+//
+// qgemv: a warp owns R consecutive weight rows (no block-wide reduction, so warps never wait on
+// each other); its lanes split K in work items of 32 values (one activation block), so K = 5120
+// gives every lane exactly 5 items. Each item's weights are decoded once and used for all NT
+// input rows; integer sums are exact, so the result of a row does not depend on N (verify and
+// decode agree bit for bit, which lossless speculation relies on).
+#include "quant.h"
+
+constexpr u32 QG_WARPS = 4;
+constexpr u32 QG_THREADS = QG_WARPS * WARP;
+// Weight rows per warp for NT input rows (mirrored by kernels::qgemv_rows).
+constexpr u32 qgemv_rows(u32 nt) { return nt >= 8 ? 4 : 2; }
+
+// One 32-value weight item decoded for the integer dot: w[0..8] hold values 0..31 as packed
+// int8 (value e in byte e % 4 of word e / 4); the item's contribution to a row is
+//   xd · (s0 · Σ_{e<16} w_e q_e + s1 · Σ_{e>=16} w_e q_e) + m · xs.
+struct QItem {
+    u32 w[8];
+    float s0, s1, m;
+};
+
+// 32 bytes at a 2-byte aligned address as 8 words (aligned loads + funnel shifts; the ninth word
+// is only read when the address is not 4-byte aligned, so nothing past the data is touched).
+DEV void ld32_a2(const u8* p, u32* w) {
+    const u64 a = (u64)p;
+    const u32* base = (const u32*)(a & ~(u64)3);
+    const u32 sh = (u32)(a & 3);
+    u32 v[9];
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) v[i] = base[i];
+    v[8] = sh ? base[8] : 0u;
+#pragma unroll
+    for (u32 i = 0; i < 8; ++i) w[i] = funnel(v[i], v[i + 1], sh);
+}
+
+// q - 32 on each of four bytes holding 0..63 (no borrow crosses bytes).
+DEV u32 sub32_bytes(u32 v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+struct IQ8_0 {  // {f16 d; i8 qs[32]}
+    static constexpr u32 QK = 32, QB = 34;
+    DEV void deq(const u8* blk, u32, QItem& it) {
+        it.s0 = it.s1 = load_f16(blk);
+        it.m = 0.0f;
+        ld32_a2(blk + 2, it.w);
+    }
+};
+
+struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
+    static constexpr u32 QK = 256, QB = 136;
+    // The IQ4_NL grid as four words of int8 (see iq4_value in quant.h).
+    static constexpr u32 T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
+    DEV void deq(const u8* blk, u32 ib, QItem& it) {
+        const float d = load_f16(blk);
+        const u32 scales_h = ld_u16(blk + 2);
+        const u32 scales_l = ld_u32_a2(blk + 4);
+        const u32 lo = (scales_l >> (8 * (ib / 2) + 4 * (ib % 2))) & 0xf;
+        const u32 hi = (scales_h >> (2 * ib)) & 3;
+        it.s0 = it.s1 = d * (float)((i32)(lo | (hi << 4)) - 32);
+        it.m = 0.0f;
+        const u32x2 a = *(const u32x2*)(blk + 8 + 16 * ib);
+        const u32x2 b = *(const u32x2*)(blk + 16 + 16 * ib);
+        const u32 q[4] = {a.x, a.y, b.x, b.y};
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            it.w[i] = lut16(q[i] & 0x0f0f0f0fu, T0, T1, T2, T3);
+            it.w[i + 4] = lut16((q[i] >> 4) & 0x0f0f0f0fu, T0, T1, T2, T3);
+        }
+    }
+};
+
+struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
+    static constexpr u32 QK = 256, QB = 144;
+    DEV void deq(const u8* blk, u32 j, QItem& it) {
+        const float d = load_f16(blk), dmin = load_f16(blk + 2);
+        const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
+        const u32 shi = *(const u32*)(blk + 12);
+        u32 sc, m;
+        scale_min_k4(j, slo, shi, &sc, &m);
+        it.s0 = it.s1 = d * (float)sc;
+        it.m = -dmin * (float)m;
+        const u32x4 a = *(const u32x4*)(blk + 16 + 32 * (j / 2));
+        const u32x4 b = *(const u32x4*)(blk + 32 + 32 * (j / 2));
+        const u32 q[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) it.w[i] = (q[i] >> (4 * (j % 2))) & 0x0f0f0f0fu;
+    }
+};
+
+struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
+    static constexpr u32 QK = 256, QB = 176;
+    DEV void deq(const u8* blk, u32 j, QItem& it) {
+        const float d = load_f16(blk), dmin = load_f16(blk + 2);
+        const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
+        const u32 shi = *(const u32*)(blk + 12);
+        u32 sc, m;
+        scale_min_k4(j, slo, shi, &sc, &m);
+        it.s0 = it.s1 = d * (float)sc;
+        it.m = -dmin * (float)m;
+        const u32x4 a = *(const u32x4*)(blk + 48 + 32 * (j / 2));
+        const u32x4 b = *(const u32x4*)(blk + 64 + 32 * (j / 2));
+        const u32x4 ha = *(const u32x4*)(blk + 16);
+        const u32x4 hb = *(const u32x4*)(blk + 32);
+        const u32 q[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const u32 h[8] = {ha.x, ha.y, ha.z, ha.w, hb.x, hb.y, hb.z, hb.w};
+#pragma unroll
+        for (u32 i = 0; i < 8; ++i) {
+            it.w[i] = ((q[i] >> (4 * (j % 2))) & 0x0f0f0f0fu) | (((h[i] >> j) & 0x01010101u) << 4);
+        }
+    }
+};
+
+struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+    static constexpr u32 QK = 256, QB = 210;
+    DEV void deq(const u8* blk, u32 sub, QItem& it) {
+        const u32 half = sub / 4, i = sub % 4;
+        const float d = load_f16(blk + 208);
+        const u32 scw = ld_u16(blk + 192 + 8 * half + 2 * i);
+        it.s0 = d * (float)(i8)(u8)(scw & 0xff);
+        it.s1 = d * (float)(i8)(u8)(scw >> 8);
+        it.m = 0.0f;
+        u32 ql[8], qh[8];
+        ld32_a2(blk + 64 * half + 32 * (i % 2), ql);
+        ld32_a2(blk + 128 + 32 * half, qh);
+#pragma unroll
+        for (u32 e = 0; e < 8; ++e) {
+            const u32 lo = (ql[e] >> (4 * (i / 2))) & 0x0f0f0f0fu;
+            const u32 hi = ((qh[e] >> (2 * i)) & 0x03030303u) << 4;
+            it.w[e] = sub32_bytes(lo | hi);
+        }
+    }
+};
+
+// 32 values of x → int8 with one scale: one warp per 32-value block, QG_WARPS blocks per CTA.
+KERNEL(QG_THREADS)
+quantize_q8(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS,
+            u32 N, u32 K) {
+    const u32 nb = K / 32;
+    const u64 b = (u64)bid_x() * QG_WARPS + tid_x() / WARP;  // block index over [N, nb]
+    if (b >= (u64)N * nb) return;
+    const u32 lane = lane_id();
+    const float x = X[b * 32 + lane];
+    const float amax = warp_max(__builtin_fabsf(x));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float qf = __builtin_roundf(x * id);
+    XQ[b * 32 + lane] = (i8)(i32)qf;
+    const float s = warp_sum(qf);
+    if (lane == 0) {
+        XD[b] = d;
+        XS[b] = d * s;
+    }
+}
+
+template <class Q, u32 NT>
+DEV void qgemv(const u8* __restrict__ W, const i8* __restrict__ XQ, const float* __restrict__ XD,
+               const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K, u32 M, u64 row_bytes) {
+    constexpr u32 R = qgemv_rows(NT);
+    constexpr u32 IPB = Q::QK / 32;
+    const u32 lane = lane_id();
+    const u32 m0 = (bid_x() * QG_WARPS + tid_x() / WARP) * R;
+    if (m0 >= M) return;  // the whole warp: no block-wide barrier below
+    const u32 nb = K / 32;
+    u64 roff[R];
+#pragma unroll
+    for (u32 r = 0; r < R; ++r) roff[r] = (u64)(m0 + r < M ? m0 + r : M - 1) * row_bytes;
+    for (u32 n0 = 0; n0 < N; n0 += NT) {
+        u32 xrow[NT];
+#pragma unroll
+        for (u32 t = 0; t < NT; ++t) xrow[t] = n0 + t < N ? n0 + t : N - 1;
+        float acc[R][NT];
+#pragma unroll
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+        for (u32 s = lane; s < nb; s += WARP) {
+            const u64 boff = (u64)(s / IPB) * Q::QB;
+            QItem it[R];
+#pragma unroll
+            for (u32 r = 0; r < R; ++r) Q::deq(W + roff[r] + boff, s % IPB, it[r]);
+#pragma unroll
+            for (u32 t = 0; t < NT; ++t) {
+                const u64 xb = (u64)xrow[t] * nb + s;
+                const u32x4 a = *(const u32x4*)(XQ + xb * 32);
+                const u32x4 b = *(const u32x4*)(XQ + xb * 32 + 16);
+                const float xd = XD[xb], xs = XS[xb];
+#pragma unroll
+                for (u32 r = 0; r < R; ++r) {
+                    i32 s0 = dot4_i8(it[r].w[0], a.x, 0);
+                    s0 = dot4_i8(it[r].w[1], a.y, s0);
+                    s0 = dot4_i8(it[r].w[2], a.z, s0);
+                    s0 = dot4_i8(it[r].w[3], a.w, s0);
+                    i32 s1 = dot4_i8(it[r].w[4], b.x, 0);
+                    s1 = dot4_i8(it[r].w[5], b.y, s1);
+                    s1 = dot4_i8(it[r].w[6], b.z, s1);
+                    s1 = dot4_i8(it[r].w[7], b.w, s1);
+                    acc[r][t] += xd * (it[r].s0 * (float)s0 + it[r].s1 * (float)s1) + it[r].m * xs;
+                }
+            }
+        }
+#pragma unroll
+        for (u32 r = 0; r < R; ++r)
+#pragma unroll
+            for (u32 t = 0; t < NT; ++t) {
+                const float v = warp_sum(acc[r][t]);
+                if (lane == 0 && m0 + r < M && n0 + t < N) Y[(u64)(n0 + t) * M + m0 + r] = v;
+            }
+    }
+}
+
+#define DS_QGEMV(name, Q, NT)                                                                       \
+    KERNEL(QG_THREADS)                                                                              \
+    qgemv_##name##_##NT(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
+                        u32 K, u32 M, u64 row_bytes) {                                              \
+        qgemv<Q, NT>(W, XQ, XD, XS, Y, N, K, M, row_bytes);                                         \
+    }
+#define DS_QGEMV_TYPE(name, Q) \
+    DS_QGEMV(name, Q, 1)       \
+    DS_QGEMV(name, Q, 2)       \
+    DS_QGEMV(name, Q, 4)       \
+    DS_QGEMV(name, Q, 8)       \
+    DS_QGEMV(name, Q, 16)
+
+// Every weight type with an integer path: X(name, struct).
+#define DS_FOR_EACH_QTYPE(X) \
+    X(q8_0, IQ8_0)           \
+    X(q4_k, IQ4_K)           \
+    X(q5_k, IQ5_K)           \
+    X(q6_k, IQ6_K)           \
+    X(iq4_xs, IIQ4_XS)
+
+DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
