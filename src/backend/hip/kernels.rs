@@ -85,20 +85,23 @@ pub fn gemv_rows(nt: u32) -> u32 {
 /// Weight types with an int8-activation kernel (`DS_FOR_EACH_QTYPE` in `hip/qmatmul.hip`).
 pub const QGEMV_TYPES: &[&str] = &["q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"];
 /// Input rows the int8-activation GEMV accumulates per pass over the weights.
-pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8, 16];
+/// (A 16-row tile spills registers on gfx11; 16 rows are two passes of 8.)
+pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8];
 /// Threads of a `qgemv_*` / `quantize_q8` block (`QG_THREADS`); each warp is independent.
 pub const QGEMV_THREADS: u32 = 128;
 /// Weight rows one warp of `qgemv_*` owns for a tile of `nt` input rows (`qgemv_rows`).
-pub fn qgemv_rows(nt: u32) -> u32 {
-    if nt >= 8 { 4 } else { 2 }
+/// Two at every tile: four rows at 8-16 input rows spill registers on gfx11 (checked by
+/// tests/hip_build.rs).
+pub fn qgemv_rows(_nt: u32) -> u32 {
+    2
 }
-/// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 16.
+/// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 8.
 pub fn qgemv_tile(n: usize) -> u32 {
     QGEMV_TILES
         .iter()
         .copied()
         .find(|&t| t as usize >= n)
-        .unwrap_or(16)
+        .unwrap_or(8)
 }
 
 /// Elements of a row one `argmax_part_f32` block reduces (`ARGMAX_CHUNK` in `hip/select.hip`).
