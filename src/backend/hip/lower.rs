@@ -345,15 +345,7 @@ pub(super) fn node(
     let p_f32 = |i: usize| Arg::P(env.f32_ptr(node.inputs[i]));
     let p_out = |i: usize| Arg::P(env.ptr(node.outputs[i]));
     let out = |i: usize| g.tensor(node.outputs[i]);
-    let u32_of = |v: usize| -> Result<Arg, BackendError> {
-        u32::try_from(v).map(Arg::U32).map_err(|_| {
-            unsupported(
-                be,
-                &node.op,
-                format!("size {v} does not fit the kernels' 32-bit sizes"),
-            )
-        })
-    };
+    let u32_of = |v: usize| u32_arg(be, &node.op, v);
 
     match &node.op {
         Op::Reshape { .. } => Ok(()),
@@ -963,8 +955,8 @@ fn qgemv(
                 Arg::P(xq),
                 Arg::P(xd),
                 Arg::P(xs),
-                u32_arg(be, n)?,
-                u32_arg(be, k)?,
+                u32_arg(be, &node.op, n)?,
+                u32_arg(be, &node.op, k)?,
             ],
         )?;
         be.quantized.set(Some(root));
@@ -983,9 +975,9 @@ fn qgemv(
             Arg::P(xd),
             Arg::P(xs),
             Arg::P(env.ptr(node.outputs[0])),
-            u32_arg(be, n)?,
-            u32_arg(be, k)?,
-            u32_arg(be, m)?,
+            u32_arg(be, &node.op, n)?,
+            u32_arg(be, &node.op, k)?,
+            u32_arg(be, &node.op, m)?,
             Arg::U64(row_bytes),
         ],
     )
@@ -995,9 +987,13 @@ fn align256(v: usize) -> usize {
     v.div_ceil(256) * 256
 }
 
-/// A size as a 32-bit kernel argument.
-fn u32_arg(be: &HipBackend, v: usize) -> Result<Arg, BackendError> {
-    u32::try_from(v)
-        .map(Arg::U32)
-        .map_err(|_| unsupported(be, &Op::MatMul, format!("size {v} exceeds 32 bits")))
+/// A size as a 32-bit kernel argument, or an error naming `op`.
+fn u32_arg(be: &HipBackend, op: &Op, v: usize) -> Result<Arg, BackendError> {
+    u32::try_from(v).map(Arg::U32).map_err(|_| {
+        unsupported(
+            be,
+            op,
+            format!("size {v} does not fit the kernels' 32-bit sizes"),
+        )
+    })
 }
