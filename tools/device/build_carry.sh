@@ -5,8 +5,8 @@
 #   carry/hip_ops      release test binary: every op and a tiny model, hip vs cpu
 #   carry/run_hip.sh   the script to run there (tools/device/run_hip.sh)
 # Usage: tools/device/build_carry.sh [carry-dir]
-# Binaries are stripped of debug info to stay well under the 64 MiB carry limit (symbols and
-# panic messages remain).
+# Binaries are stripped (panic messages remain) and packed with xz -9e to stay well under
+# the 64 MiB carry limit.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-$root/carry}"
@@ -50,15 +50,16 @@ tests+=(kernels)
 cp target/release/deltaspec "$out/deltaspec"
 cp tools/device/run_hip.sh "$out/run_hip.sh"
 if command -v strip >/dev/null 2>&1; then
-    strip --strip-debug "$out/deltaspec" "${tests[@]/#/$out/}"
+    strip --strip-all "$out/deltaspec" "${tests[@]/#/$out/}"
 fi
 {
     echo "built: $(date -u +%FT%TZ) from $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
     "$out/deltaspec" backends 2>&1 | sed 's/^/  /' || true
 } >"$out/MANIFEST"
 # The tracked tree (fixtures) already takes ~31 MiB of the 64 MiB a device call carries:
-# ship the binaries xz-compressed (about 4× smaller); run_*.sh unpacks them.
-tar -C "$out" -cJf "$out/bins.tar.xz" deltaspec "${tests[@]}"
+# ship the binaries stripped and xz-compressed with a dictionary larger than one binary, so the
+# library code they all share is stored once (11 binaries: 198 MB -> 9.6 MB); run_*.sh unpacks them.
+tar -C "$out" -cf - deltaspec "${tests[@]}" | xz -9e -T1 >"$out/bins.tar.xz"
 rm -f "$out/deltaspec" "${tests[@]/#/$out/}"
 ls -la "$out"
 du -sh "$out"
