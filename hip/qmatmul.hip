@@ -19,7 +19,7 @@
 constexpr u32 QG_WARPS = 4;
 constexpr u32 QG_THREADS = QG_WARPS * WARP;
 // Weight rows per warp for NT input rows (mirrored by kernels::qgemv_rows).
-constexpr u32 qgemv_rows(u32) { return 2; }
+constexpr u32 qgemv_rows(u32 nt) { return nt >= 16 ? 1 : 2; }
 
 // One 32-value weight item decoded for the integer dot: w[0..8] hold values 0..31 as packed
 // int8 (value e in byte e % 4 of word e / 4); the item's contribution to a row is
@@ -227,7 +227,8 @@ DEV void qgemv(const u8* __restrict__ W, const i8* __restrict__ XQ, const float*
     DS_QGEMV(name, Q, 1)       \
     DS_QGEMV(name, Q, 2)       \
     DS_QGEMV(name, Q, 4)       \
-    DS_QGEMV(name, Q, 8)
+    DS_QGEMV(name, Q, 8)       \
+    DS_QGEMV(name, Q, 16)
 
 // Every weight type with an integer path: X(name, struct).
 #define DS_FOR_EACH_QTYPE(X) \

@@ -280,7 +280,7 @@ fn matmul_int8_activations_match_the_quantized_reference() {
                 let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
                 let Some(mut p) = Pair::with("matmul_int8", &w, &[], |g| {
                     g.set_int8_matmul(true);
-                    g.set_gemv_max_n(usize::MAX); // 33 rows too (four passes of 8 + 1)
+                    g.set_gemv_max_n(usize::MAX); // 33 rows too (two passes of 16 + 1)
                 }) else {
                     return;
                 };

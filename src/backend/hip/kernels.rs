@@ -84,24 +84,24 @@ pub fn gemv_rows(nt: u32) -> u32 {
 }
 /// Weight types with an int8-activation kernel (`DS_FOR_EACH_QTYPE` in `hip/qmatmul.hip`).
 pub const QGEMV_TYPES: &[&str] = &["q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"];
-/// Input rows the int8-activation GEMV accumulates per pass over the weights.
-/// (A 16-row tile spills registers on gfx11; 16 rows are two passes of 8.)
-pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8];
+/// Input rows the int8-activation GEMV accumulates per pass over the weights. A 16-row
+/// verify step is one pass, so each weight item is fetched and decoded once for all rows.
+pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8, 16];
 /// Threads of a `qgemv_*` / `quantize_q8` block (`QG_THREADS`); each warp is independent.
 pub const QGEMV_THREADS: u32 = 128;
 /// Weight rows one warp of `qgemv_*` owns for a tile of `nt` input rows (`qgemv_rows`).
-/// Two at every tile: four rows at 8-16 input rows spill registers on gfx11 (checked by
-/// tests/hip_build.rs).
-pub fn qgemv_rows(_nt: u32) -> u32 {
-    2
+/// Two up to 8 input rows, one at 16: four rows at 8 input rows, or two at 16, spill registers
+/// on gfx11 (checked by tests/hip_build.rs).
+pub fn qgemv_rows(nt: u32) -> u32 {
+    if nt >= 16 { 1 } else { 2 }
 }
-/// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 8.
+/// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 16.
 pub fn qgemv_tile(n: usize) -> u32 {
     QGEMV_TILES
         .iter()
         .copied()
         .find(|&t| t as usize >= n)
-        .unwrap_or(8)
+        .unwrap_or(16)
 }
 
 /// Elements of a row one `argmax_part_f32` block reduces (`ARGMAX_CHUNK` in `hip/select.hip`).

@@ -46,7 +46,7 @@ Entry entry(const char* name, void (*f)(A...)) {
 }
 
 #define K(name) entry(#name, &name),
-#define QM(ty, Q) K(qgemv_##ty##_1) K(qgemv_##ty##_2) K(qgemv_##ty##_4) K(qgemv_##ty##_8)
+#define QM(ty, Q) K(qgemv_##ty##_1) K(qgemv_##ty##_2) K(qgemv_##ty##_4) K(qgemv_##ty##_8) K(qgemv_##ty##_16)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
