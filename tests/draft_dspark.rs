@@ -179,3 +179,74 @@ fn markov_chain_graph_matches_the_formula() {
     }
     assert!(changed > 0, "the Markov bias never changed a proposal");
 }
+
+/// The confidence head's logit, computed in the graph (`confidence_logit`, without the bias):
+/// `z_i = w_h · h_i + w_r · W1[x_{i−1}]`. The Markov part is checked exactly against the host
+/// formula; the hidden part through an lm_head whose first H rows are the identity, so that
+/// `draft_logits[i][..H]` is the normed state `h_i / rms(h_i)`: the ratio of two heads' logits
+/// must equal the ratio of their dot products with it (row alignment and direction of `h_i`).
+#[test]
+fn confidence_logit_graph_matches_the_formula() {
+    let mut rng = Rng::new(5);
+    let mut w = weights(&mut rng);
+    let mut out_w = rng.vec_normal(V * H, 0.3);
+    for r in 0..H {
+        for c in 0..H {
+            out_w[r * H + c] = f32::from(r == c);
+        }
+    }
+    w.insert(names::OUTPUT, HostTensor::from_f32(&[V, H], &out_w));
+    w.insert(names::OUTPUT_NORM, HostTensor::from_f32(&[H], &[1.0; H]));
+    let mut cfg = config(true);
+    cfg.dspark.as_mut().unwrap().confidence_dim = Some(H + R);
+    let feat = rng.vec_normal(4 * 2 * H, 1.0);
+    let seed = 9;
+    let logit = |head: &[f32], w: &WeightStore| -> (Vec<f32>, Vec<(String, HostTensor)>) {
+        let mut w = w.clone();
+        w.insert(names::CONFIDENCE_W, HostTensor::from_f32(&[1, H + R], head));
+        w.insert(names::CONFIDENCE_B, HostTensor::from_f32(&[1], &[0.0]));
+        let d = DFlash {
+            cfg: cfg.clone(),
+            weights: w.clone(),
+        };
+        d.add_derived_weights(&mut w).unwrap();
+        let outs = run(&d, &w, &feat, seed);
+        let z = get(&outs, "confidence_logit").to_f32().unwrap();
+        assert_eq!(z.len(), B - 1);
+        (z, outs)
+    };
+    // Markov part only.
+    let wr = rng.vec_normal(R, 1.0);
+    let head: Vec<f32> = [vec![0.0; H], wr.clone()].concat();
+    let (z, outs) = logit(&head, &w);
+    let w1 = w.get(names::MARKOV_W1).unwrap().to_f32().unwrap();
+    let mut prev = seed as usize;
+    for (i, zi) in z.iter().enumerate() {
+        let want: f32 = (0..R).map(|k| wr[k] * w1[prev * R + k]).sum();
+        assert!((zi - want).abs() < 1e-5, "position {i}: {zi} vs {want}");
+        prev = get(&outs, &format!("markov_token.{i}")).to_i32()[0] as usize;
+    }
+    // Hidden part only, two heads.
+    let (a, b) = (rng.vec_normal(H, 1.0), rng.vec_normal(H, 1.0));
+    let (za, outs) = logit(&[a.clone(), vec![0.0; R]].concat(), &w);
+    let (zb, _) = logit(&[b.clone(), vec![0.0; R]].concat(), &w);
+    let n = get(&outs, "draft_logits").to_f32().unwrap();
+    for i in 0..B - 1 {
+        let row = &n[i * V..i * V + H];
+        let (da, db): (f32, f32) = (
+            row.iter().zip(&a).map(|(x, y)| x * y).sum(),
+            row.iter().zip(&b).map(|(x, y)| x * y).sum(),
+        );
+        // z = rms_i · (w · n_i): the same positive factor for both heads.
+        let (ra, rb) = (za[i] / da, zb[i] / db);
+        assert!(
+            ra > 0.0 && (ra - rb).abs() < 1e-4 * ra,
+            "position {i}: {ra} vs {rb}"
+        );
+    }
+    // Both parts add up.
+    let (zab, _) = logit(&[a, wr].concat(), &w);
+    for i in 0..B - 1 {
+        assert!((zab[i] - (za[i] + z[i])).abs() < 1e-4 * (1.0 + zab[i].abs()));
+    }
+}

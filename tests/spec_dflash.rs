@@ -448,3 +448,80 @@ fn cli_bench_spec_prints_ar_and_speculative_speed() {
     assert_eq!(j["identical_to_ar"], true);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A DSpark drafter: dflash-a's backbone plus random Markov and confidence (H + r) heads.
+fn with_dspark(
+    mut d: deltaspec::model::draft::DFlash,
+    vocab: usize,
+) -> deltaspec::model::draft::DFlash {
+    use deltaspec::backend::HostTensor;
+    use deltaspec::model::draft::{DSparkConfig, names};
+    let (h, r) = (d.cfg.hidden, 8);
+    let mut rng = Rng::new(78);
+    let mut put = |name: &str, shape: &[usize], scale: f32| {
+        let n = shape.iter().product();
+        d.weights
+            .insert(name, HostTensor::from_f32(shape, &rng.vec_normal(n, scale)));
+    };
+    // A small Markov bias: the backbone's proposals mostly survive, so rounds accept some.
+    put(names::MARKOV_W1, &[vocab, r], 0.2);
+    put(names::MARKOV_W2, &[vocab, r], 0.2);
+    put(names::CONFIDENCE_W, &[1, h + r], 0.3);
+    put(names::CONFIDENCE_B, &[1], 0.3);
+    d.cfg.dspark = Some(DSparkConfig {
+        markov_rank: r,
+        vocab,
+        confidence_dim: Some(h + r),
+    });
+    d
+}
+
+/// The DSpark confidence gate cuts chains but never changes greedy output: speculative output
+/// with the gate on (both rules, a high threshold so that it cuts) equals plain greedy.
+#[test]
+fn dspark_confidence_gate_is_lossless_on_cpu() {
+    use deltaspec::model::draft::DFlash;
+    use deltaspec::spec::confidence::{GateConfig, GateRule};
+    use deltaspec::spec::dflash::DrafterOptions;
+    let dir = scratch("gate");
+    let m = Qwen35::load(&target_dir("tiny-a")).unwrap();
+    let path = convert("dflash-a", &dir);
+    let mut be = backend::create("cpu").unwrap();
+    let mut rng = Rng::new(36);
+    for (rule, threshold) in [(GateRule::Position, 0.6), (GateRule::Survival, 0.3)] {
+        let opts = DrafterOptions {
+            gate: GateConfig {
+                threshold: Some(threshold),
+                rule,
+                warmup: 2,
+                explore_every: 3,
+                ..GateConfig::default()
+            },
+            print_confidence: true,
+        };
+        let model = with_dspark(DFlash::load(&path).unwrap(), m.cfg.vocab);
+        let mut d = DFlashDrafter::new(model, &m).unwrap().with_options(&opts);
+        for p in 0..3 {
+            let prompt = random_prompt(&mut rng, m.cfg.vocab);
+            let want = greedy(be.as_mut(), &m, &prompt, 24);
+            for (mname, mode) in modes() {
+                let got = spec(
+                    be.as_mut(),
+                    &m,
+                    &mut d,
+                    &prompt,
+                    24,
+                    mode,
+                    RollbackMode::PerTokenStates,
+                );
+                assert_eq!(got.tokens, want, "{rule:?} prompt {p} {mname}");
+            }
+        }
+        let g = d.gate().expect("a confidence head");
+        println!("{rule:?}: {}", g.report());
+        assert!(g.stats.cut_rounds > 0, "the gate never cut: {:?}", g.stats);
+        assert!(g.stats.kept < g.stats.offered);
+        assert!(g.cal.score.labels > 0);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

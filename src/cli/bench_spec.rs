@@ -64,6 +64,8 @@ pub struct Args {
     pub seed: u64,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub drafter: super::drafter_args::DrafterArgs,
 }
 
 /// One timed plain run.
@@ -143,7 +145,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
         bail!("token id {bad} is outside the vocabulary ({vocab})");
     }
-    let drafter = super::generate::open_drafter(&a.draft, &m, a.seed)?;
+    let drafter = super::generate::open_drafter(&a.draft, &m, a.seed, &a.drafter)?;
     let block = drafter.max_draft() + 1;
     let mode = match a.spec.as_str() {
         "adaptive" => SpecMode::Adaptive(PolicyConfig {
@@ -183,7 +185,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     crate::spec::Rollback::new(rollback)?.prepare(&mut s, rows)?;
     let fresh = s.snapshot()?;
-    let result = (|| -> anyhow::Result<(ArRun, SpecOutput, String)> {
+    let result = (|| -> anyhow::Result<(ArRun, SpecOutput, String, Option<serde_json::Value>)> {
         for _ in 0..a.warmup {
             run_ar(&mut s, &fresh, &prompt, a)?;
         }
@@ -203,10 +205,10 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             run_spec(&mut s, &fresh, d.as_mut(), &prompt, &cfg)?;
         }
         let sp = run_spec(&mut s, &fresh, d.as_mut(), &prompt, &cfg)?;
-        Ok((ar, sp, d.name()))
+        Ok((ar, sp, d.name(), d.report()))
     })();
     s.release(fresh)?;
-    let (ar, sp, drafter_name) = result?;
+    let (ar, sp, drafter_name, report) = result?;
 
     let ar_tps = tps(ar.tokens.len(), ar.decode_s);
     let sp_tps = tps(sp.tokens.len(), sp.decode_s);
@@ -269,6 +271,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             },
             "speedup": speedup,
             "identical_to_ar": identical,
+            "drafter_report": report,
         });
         println!("{j}");
         return Ok(());
@@ -324,6 +327,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             "DIFFERS from"
         }
     ));
+    if let Some(r) = &report {
+        lines.push(format!("drafter:   {r}"));
+    }
     for l in lines {
         println!("{prefix}{l}");
     }

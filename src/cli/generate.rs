@@ -97,6 +97,8 @@ pub struct Args {
     /// Sampler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    #[command(flatten)]
+    pub drafter: super::drafter_args::DrafterArgs,
 }
 
 impl Args {
@@ -143,8 +145,11 @@ pub(crate) fn open_drafter(
     path: &std::path::Path,
     target: &Qwen35,
     seed: u64,
+    args: &super::drafter_args::DrafterArgs,
 ) -> anyhow::Result<Box<dyn Drafter>> {
-    crate::spec::dflash::open_any(path, target, seed).context("opening the drafter (--draft)")
+    let opts = args.options()?;
+    crate::spec::dflash::open_any_with(path, target, seed, &opts)
+        .context("opening the drafter (--draft)")
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
@@ -174,7 +179,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let rollback = RollbackMode::parse(&a.rollback)?;
     let drafter = match (&mode, &a.draft) {
         (SpecMode::Off, None) => None,
-        (_, Some(d)) => Some(open_drafter(d, &m, a.seed ^ 0xd4af7)?),
+        (_, Some(d)) => Some(open_drafter(d, &m, a.seed ^ 0xd4af7, &a.drafter)?),
         (_, None) => bail!("--spec {} needs --draft", a.spec),
     };
     if a.replay_profile.is_some() && drafter.is_none() {
@@ -346,6 +351,7 @@ fn run_spec(
             "verify_seconds": verify_s,
             "rollback_seconds": rollback_s,
             "commit_seconds": commit_s,
+            "drafter_report": d.report(),
         });
         println!("{j}");
     } else {
@@ -369,6 +375,9 @@ fn run_spec(
             rollback_s,
             commit_s,
         );
+        if let Some(r) = d.report() {
+            eprintln!("[drafter report: {r}]");
+        }
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod bench_draft;
 mod bench_spec;
 mod convert;
 mod draft;
+mod drafter_args;
 mod generate;
 mod info;
 mod logits;

@@ -25,6 +25,7 @@
 //! binds names missing from the drafter's set from a second set (the target's
 //! [`DraftEnv::target_weights`]). Until then GPU runs are correct but pay that memory.
 
+use super::confidence::{Gate, GateConfig};
 use super::sample::draw;
 use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
 use crate::backend::{Backend, StateDecl, StatesId};
@@ -61,13 +62,26 @@ pub fn load_model(path: &Path) -> Result<DFlash, SpecError> {
 /// Opens the drafter at `path` for `target` behind [`Drafter`]: DFlash / DSpark (seeded with
 /// `seed` for sampled proposals), or DFlash2 when the drafter declares the `dflash2` keys.
 pub fn open_any(path: &Path, target: &Qwen35, seed: u64) -> Result<Box<dyn Drafter>, SpecError> {
+    open_any_with(path, target, seed, &DrafterOptions::default())
+}
+
+/// [`open_any`] with options (ignored by drafters they do not apply to: DFlash2 has no
+/// confidence head).
+pub fn open_any_with(
+    path: &Path,
+    target: &Qwen35,
+    seed: u64,
+    opts: &DrafterOptions,
+) -> Result<Box<dyn Drafter>, SpecError> {
     let model = load_model(path)?;
     if model.cfg.dflash2.is_some() {
         return Ok(Box::new(
             super::dflash2::DFlash2Drafter::new(model, target)?.with_source(path),
         ));
     }
-    let mut d = DFlashDrafter::new(model, target)?.with_seed(seed);
+    let mut d = DFlashDrafter::new(model, target)?
+        .with_seed(seed)
+        .with_options(opts);
     d.source = path.display().to_string();
     Ok(Box::new(d))
 }
@@ -93,6 +107,33 @@ pub struct DFlashDrafter {
     rng: Rng,
     /// Where the drafter came from (for the name).
     source: String,
+    /// DSpark confidence head: calibration and the optional gate (None without the head).
+    gate: Option<Gate>,
+    /// Print every round's raw and calibrated confidences to stderr.
+    print_confidence: bool,
+    /// The last chain proposal, for the calibration labels of the next commit.
+    last: Option<LastDraft>,
+}
+
+/// A chain proposal awaiting its verify result.
+struct LastDraft {
+    /// Confidence logits of every offered draft (the kept ones first).
+    z: Vec<f32>,
+    /// Calibrated probabilities of every offered draft.
+    calibrated: Vec<f32>,
+    /// Kept drafts.
+    tokens: Vec<u32>,
+    offered: usize,
+    explore: bool,
+}
+
+/// Options of the DFlash / DSpark drafter (the CLI's `--dspark-*` flags).
+#[derive(Clone, Debug, Default)]
+pub struct DrafterOptions {
+    /// The DSpark confidence gate and its calibration (threshold None: off).
+    pub gate: GateConfig,
+    /// Print per-round raw and calibrated confidences to stderr.
+    pub print_confidence: bool,
 }
 
 fn drafter_err(msg: impl Into<String>) -> SpecError {
@@ -131,7 +172,15 @@ impl DFlashDrafter {
         model.cfg.check_target(&target.cfg)?;
         model.cfg.check_supported()?;
         model.weights_with_target(target)?;
+        let conf = model
+            .cfg
+            .dspark
+            .as_ref()
+            .is_some_and(|d| d.confidence_dim.is_some());
         Ok(DFlashDrafter {
+            gate: conf.then(|| Gate::new(GateConfig::default())),
+            print_confidence: false,
+            last: None,
             model,
             parts: None,
             owner: None,
@@ -160,6 +209,21 @@ impl DFlashDrafter {
     pub fn with_capacity(mut self, rows: usize) -> Self {
         self.capacity = rows.max(1);
         self
+    }
+
+    /// Applies options: the confidence gate's settings (a drafter without a confidence head
+    /// ignores them) and the debug print.
+    pub fn with_options(mut self, opts: &DrafterOptions) -> Self {
+        if let Some(g) = &mut self.gate {
+            *g = Gate::new(opts.gate.clone());
+        }
+        self.print_confidence = opts.print_confidence;
+        self
+    }
+
+    /// The confidence gate (DSpark drafters with a confidence head).
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
     }
 
     /// Seeds the draw of proposals under sampling (T > 0).
@@ -208,11 +272,19 @@ impl Drafter for DFlashDrafter {
         self.model.cfg.target_layer_ids.clone()
     }
 
+    fn report(&self) -> Option<serde_json::Value> {
+        self.gate
+            .as_ref()
+            .map(|g| serde_json::json!({ "confidence": g.report() }))
+    }
+
     fn max_draft(&self) -> usize {
         self.model.cfg.block_size - 1
     }
 
     fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
+        // The calibration is the drafter's, not the sequence's: it carries over.
+        self.last = None;
         self.pending.clear();
         self.pending_rows = 0;
         let same = self.parts.is_some() && owns(env.backend, self.owner);
@@ -252,6 +324,7 @@ impl Drafter for DFlashDrafter {
                 features.rows
             )));
         }
+        self.label(tokens);
         let width = self.model.cfg.feature_width();
         let end = n_ctx + self.pending_rows;
         if features.start > end {
@@ -291,10 +364,16 @@ impl Drafter for DFlashDrafter {
 
     fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
         let (out, n) = self.run_draft(env, req)?;
+        let n = self.gate_chain(&out, n);
         if req.sampling.is_greedy() {
             return Ok(Draft::greedy(out.tokens[..n].to_vec()));
         }
-        self.sample(env, req, &out, n)
+        let d = self.sample(env, req, &out, n)?;
+        // Labels then compare the drawn tokens with what was accepted.
+        if let Some(last) = &mut self.last {
+            last.tokens.clone_from(&d.tokens);
+        }
+        Ok(d)
     }
 
     /// Top-k of each block row's logits (the DSpark-corrected ones when the head is on). The
@@ -306,6 +385,8 @@ impl Drafter for DFlashDrafter {
         req: &DraftRequest,
         k: usize,
     ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+        // A tree has its own budget: no gate, and its commit labels nothing.
+        self.last = None;
         let (out, n) = self.run_draft(env, req)?;
         let vocab = env.target.cfg.vocab;
         if out.logits.len() < n * vocab {
@@ -333,6 +414,60 @@ impl Drafter for DFlashDrafter {
 }
 
 impl DFlashDrafter {
+    /// The confidence gate on a chain of `n` proposals: how many to keep (all without a
+    /// confidence head or with the gate off). Remembers the round for [`Self::label`].
+    fn gate_chain(&mut self, out: &crate::model::draft::DraftOutput, n: usize) -> usize {
+        self.last = None;
+        let Some(gate) = &mut self.gate else {
+            return n;
+        };
+        if out.confidence_logit.len() < n {
+            return n;
+        }
+        let z = &out.confidence_logit[..n];
+        let d = gate.decide(z);
+        self.last = Some(LastDraft {
+            z: z.to_vec(),
+            calibrated: d.calibrated,
+            tokens: out.tokens[..d.keep].to_vec(),
+            offered: n,
+            explore: d.explore,
+        });
+        d.keep
+    }
+
+    /// Calibration labels from a commit that follows a chain proposal: `tokens` are the root
+    /// then the accepted drafts. Position `i < a` was accepted, position `a` rejected (when
+    /// verified). Under a replay wrapper the verified chain is not this drafter's; its
+    /// proposals are then labelled by how far they match the committed continuation.
+    fn label(&mut self, tokens: &[u32]) {
+        let (Some(last), Some(gate)) = (self.last.take(), &mut self.gate) else {
+            return;
+        };
+        let committed = tokens.get(1..).unwrap_or(&[]);
+        let a = super::chain::accept_len(&last.tokens, committed);
+        let kept = last.tokens.len();
+        gate.observe(&last.z[..kept.min(last.z.len())], a);
+        if self.print_confidence {
+            let f = |v: &[f32]| {
+                v.iter()
+                    .map(|x| format!("{x:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            let raw: Vec<f32> = last.z.iter().map(|z| 1.0 / (1.0 + (-z).exp())).collect();
+            eprintln!(
+                "[confidence] round {}: kept {}/{}{} accepted {a}; raw [{}] calibrated [{}]",
+                gate.stats.rounds,
+                kept,
+                last.offered,
+                if last.explore { " (explore)" } else { "" },
+                f(&raw),
+                f(&last.calibrated),
+            );
+        }
+    }
+
     /// Runs the draft graph for `req`: the block's output and how many proposals to use.
     fn run_draft(
         &mut self,

@@ -17,6 +17,7 @@
 //! Background: `shared/notes/speculation.md` §1–§4.
 
 pub mod chain;
+pub mod confidence;
 pub mod dflash;
 pub mod dflash2;
 pub mod generate;
@@ -187,6 +188,12 @@ pub trait Drafter {
 
     /// Most tokens one proposal can hold (block size − 1).
     fn max_draft(&self) -> usize;
+
+    /// Drafter-specific diagnostics for JSON output (the DSpark confidence gate's counters and
+    /// calibration); None when there are none.
+    fn report(&self) -> Option<serde_json::Value> {
+        None
+    }
 
     /// Forgets the context: a new sequence starts.
     fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError>;

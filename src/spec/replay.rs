@@ -146,6 +146,10 @@ impl Drafter for ReplayDrafter {
         self.inner.max_draft()
     }
 
+    fn report(&self) -> Option<serde_json::Value> {
+        self.inner.report()
+    }
+
     fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
         self.committed = 0;
         self.inner.reset(env)

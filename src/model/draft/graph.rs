@@ -102,8 +102,8 @@ impl DFlash {
     /// (zeros) when `tc > 0`; `ids` i32 `[B]` (last token, then masks) and `pos` i32 `[B]`.
     /// Outputs: `draft_logits` f32 `[B−1, vocab]`, `draft_tokens` i32 `[B−1]`; with DSpark heads
     /// also `markov_logits.{i}` f32 `[1, vocab]` and `markov_token.{i}` i32 `[1]` per proposal
-    /// (the chained Markov correction) and, with a confidence head, `draft_hidden` f32
-    /// `[B−1, H]` (the pre-norm state of the proposal rows).
+    /// (the chained Markov correction) and, with a confidence head, `confidence_logit` f32
+    /// `[B−1, 1]` (the head's logit before its bias, computed on the device).
     /// `weights` is [`DFlash::weights_with_target`].
     pub fn draft_graph(
         &self,
@@ -186,18 +186,16 @@ impl DFlash {
         let am = cx.b.argmax(logits)?;
         cx.b.output("draft_tokens", am)?;
         if let Some(d) = &c.dspark {
-            if d.confidence_dim.is_some() {
-                // The state before the output norm, for the confidence head (host side).
-                let h = cx.b.rows(resid, 1, bsz - 1)?;
-                cx.b.output("draft_hidden", h)?;
-            }
             // The Markov chain, left to right from the seed (block row 0):
             // corrected_i = U_i + W2 · W1[x_{i−1}],  x_i = argmax(corrected_i).
             let w1 = cx.w(names::MARKOV_W1)?;
             let w2 = cx.w(names::MARKOV_W2)?;
             let e_all = cx.b.embed(w1, ids)?;
             let mut e = cx.b.rows(e_all, 0, 1)?;
+            // W1[x_{i−1}] of each proposal row, for the confidence head.
+            let mut prev = Vec::with_capacity(bsz - 1);
             for i in 0..bsz - 1 {
+                prev.push(e);
                 let u = cx.b.rows(logits, i, 1)?;
                 let bias = cx.b.matmul(e, w2)?;
                 let corrected = cx.b.add(u, bias)?;
@@ -207,6 +205,18 @@ impl DFlash {
                 if i + 2 < bsz {
                     e = cx.b.embed(w1, x)?;
                 }
+            }
+            if let Some(cd) = d.confidence_dim {
+                // The confidence head's logit without its bias:
+                // z_i = w_h · h_i + w_r · W1[x_{i−1}], h_i the state before the output norm.
+                let h = cx.b.rows(resid, 1, bsz - 1)?;
+                let mut z = cx.lin(h, names::CONFIDENCE_WH)?;
+                if cd > c.hidden {
+                    let er = cx.b.concat(&prev)?;
+                    let zr = cx.lin(er, names::CONFIDENCE_WR)?;
+                    z = cx.b.add(z, zr)?;
+                }
+                cx.b.output("confidence_logit", z)?;
             }
         }
         Ok(cx.b.build())

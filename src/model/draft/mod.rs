@@ -19,7 +19,7 @@ pub use config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
 pub use session::{DraftOutput, DraftParts, DraftSession, context_features};
 
 use super::{ModelError, Qwen35};
-use crate::backend::WeightStore;
+use crate::backend::{HostTensor, WeightStore};
 use std::path::Path;
 
 /// The GGUF architecture of Lucebox-style DFlash drafters.
@@ -63,8 +63,48 @@ impl DFlash {
             })?;
             w.insert(name, t.clone());
         }
+        self.add_derived_weights(&mut w)?;
         Ok(w)
     }
+
+    /// Adds the tensors the draft graph derives from the file's (the split confidence head,
+    /// see [`names::CONFIDENCE_WH`]) to a weight set holding the drafter's tensors.
+    pub fn add_derived_weights(&self, w: &mut WeightStore) -> Result<(), ModelError> {
+        if let Some(cd) = self.cfg.dspark.as_ref().and_then(|d| d.confidence_dim) {
+            split_confidence(w, self.cfg.hidden, cd)?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits the confidence head's `[1, cd]` weight into its hidden part `[1, H]`
+/// ([`names::CONFIDENCE_WH`]) and, when `cd = H + r`, its Markov-embedding part `[1, r]`
+/// ([`names::CONFIDENCE_WR`]), both f32: the graph has no column concat, so
+/// `w · [h ; e] = w_h · h + w_r · e` is two matmuls (a few thousand values, copied once).
+fn split_confidence(w: &mut WeightStore, hidden: usize, cd: usize) -> Result<(), ModelError> {
+    let t = w
+        .get(names::CONFIDENCE_W)
+        .ok_or_else(|| ModelError::Weight {
+            name: names::CONFIDENCE_W.into(),
+            msg: "missing from the drafter".into(),
+        })?;
+    let v = t.to_f32()?;
+    if v.len() != cd || cd < hidden {
+        return Err(ModelError::Weight {
+            name: names::CONFIDENCE_W.into(),
+            msg: format!(
+                "{} values for confidence_dim {cd} (hidden {hidden})",
+                v.len()
+            ),
+        });
+    }
+    let wh = HostTensor::from_f32(&[1, hidden], &v[..hidden]);
+    w.insert(names::CONFIDENCE_WH, wh);
+    if cd > hidden {
+        let wr = HostTensor::from_f32(&[1, cd - hidden], &v[hidden..]);
+        w.insert(names::CONFIDENCE_WR, wr);
+    }
+    Ok(())
 }
 
 /// Tensor and state names of the DFlash drafter (GGUF, Lucebox layout).
@@ -76,6 +116,10 @@ pub mod names {
     pub const MARKOV_W2: &str = "dflash.dspark.markov.w2";
     pub const CONFIDENCE_W: &str = "dflash.dspark.confidence.weight";
     pub const CONFIDENCE_B: &str = "dflash.dspark.confidence.bias";
+    /// Derived at upload ([`super::DFlash::weights_with_target`]): the hidden and Markov parts
+    /// of [`CONFIDENCE_W`].
+    pub const CONFIDENCE_WH: &str = "dflash.dspark.confidence.weight.h";
+    pub const CONFIDENCE_WR: &str = "dflash.dspark.confidence.weight.r";
     pub const SELECTOR_HPROJ: &str = "dflash.selector.hproj.weight";
     pub const SELECTOR_PRED: &str = "dflash.selector.pred_cb";
     pub const SELECTOR_SUCC: &str = "dflash.selector.succ_cb";

@@ -19,6 +19,8 @@ pub struct DraftOutput {
     pub raw_logits: Vec<f32>,
     /// DSpark confidence per proposal, `sigmoid(w · [h_i ; W1[x_{i−1}]] + b)` (uncalibrated).
     pub confidence: Vec<f32>,
+    /// The same before the sigmoid, `w · [h_i ; W1[x_{i−1}]] + b` (what calibration rescales).
+    pub confidence_logit: Vec<f32>,
 }
 
 /// A [`DraftSession`] without its backend borrow (see [`DraftSession::into_parts`]).
@@ -148,7 +150,7 @@ impl<'a> DraftSession<'a> {
         let dspark = c.dspark.is_some();
         let mut markov_logits = Vec::new();
         let mut markov_tokens = Vec::new();
-        let mut hidden = Vec::new();
+        let mut conf_logit = Vec::new();
         for (name, t) in outs {
             if name == "draft_logits" && !dspark {
                 out.logits = t.to_f32()?;
@@ -156,8 +158,8 @@ impl<'a> DraftSession<'a> {
                 out.tokens = t.to_i32().into_iter().map(|v| v as u32).collect();
             } else if name == "draft_logits" {
                 out.raw_logits = t.to_f32()?;
-            } else if name == "draft_hidden" {
-                hidden = t.to_f32()?;
+            } else if name == "confidence_logit" {
+                conf_logit = t.to_f32()?;
             } else if name.starts_with("markov_logits.") {
                 markov_logits.extend(t.to_f32()?);
             } else if name.starts_with("markov_token.") {
@@ -168,57 +170,27 @@ impl<'a> DraftSession<'a> {
             // Outputs come back in declaration order: position 0, 1, …
             out.logits = markov_logits;
             out.tokens = markov_tokens;
-            if !hidden.is_empty() {
-                out.confidence = self.confidence(&hidden, last, &out.tokens)?;
+            if !conf_logit.is_empty() {
+                let b = self.confidence_bias()?;
+                out.confidence_logit = conf_logit.iter().map(|z| z + b).collect();
+                out.confidence = out
+                    .confidence_logit
+                    .iter()
+                    .map(|z| 1.0 / (1.0 + (-z).exp()))
+                    .collect();
             }
         }
         Ok(out)
     }
 
-    /// The DSpark confidence head on the host: `c_i = sigmoid(w · [h_i ; W1[x_{i−1}]] + b)`
-    /// with `x_{−1}` the seed; `[h_i]` alone when the head is H wide.
-    fn confidence(
-        &self,
-        hidden: &[f32],
-        seed: u32,
-        tokens: &[u32],
-    ) -> Result<Vec<f32>, ModelError> {
-        use super::names;
-        let get = |n: &str| -> Result<Vec<f32>, ModelError> {
-            Ok(self
-                .store
-                .get(n)
-                .ok_or_else(|| ModelError::Weight {
-                    name: n.into(),
-                    msg: "missing from the drafter".into(),
-                })?
-                .to_f32()?)
-        };
-        let h = self.model.cfg.hidden;
-        let w = get(names::CONFIDENCE_W)?;
-        let b = get(names::CONFIDENCE_B)?.first().copied().unwrap_or(0.0);
-        let w1 = self
-            .store
-            .get(names::MARKOV_W1)
-            .ok_or_else(|| ModelError::Weight {
-                name: names::MARKOV_W1.into(),
-                msg: "missing from the drafter".into(),
-            })?;
-        let r = w1.shape[1];
-        let w1 = w1.to_f32()?;
-        let mut prev = seed as usize;
-        let mut out = Vec::with_capacity(tokens.len());
-        for (i, &x) in tokens.iter().enumerate() {
-            let hi = &hidden[i * h..(i + 1) * h];
-            let mut z: f32 = hi.iter().zip(&w[..h]).map(|(a, b)| a * b).sum();
-            if w.len() == h + r {
-                let e = &w1[prev * r..(prev + 1) * r];
-                z += e.iter().zip(&w[h..]).map(|(a, b)| a * b).sum::<f32>();
-            }
-            out.push(1.0 / (1.0 + (-(z + b)).exp()));
-            prev = x as usize;
-        }
-        Ok(out)
+    /// The confidence head's bias (a scalar; 0 when the file has none).
+    fn confidence_bias(&self) -> Result<f32, ModelError> {
+        let n = super::names::CONFIDENCE_B;
+        let t = self.store.get(n).ok_or_else(|| ModelError::Weight {
+            name: n.into(),
+            msg: "missing from the drafter".into(),
+        })?;
+        Ok(t.to_f32()?.first().copied().unwrap_or(0.0))
     }
 
     /// Rows the context caches hold (context rows plus one block).
