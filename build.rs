@@ -191,7 +191,12 @@ fn compile(clang: &str, job: &Job) -> Result<(), String> {
             .args(["--cuda-device-only", "-nocudainc", "-nocudalib"])
             .args(["-Xclang", "-target-feature", "-Xclang", ptx, "-S"]);
     }
-    cmd.args(["-O3", "-std=c++17", "-Wall", "-Werror"])
+    // No floating-point contraction: clang's CUDA/HIP default fuses a·b + c into an FMA where it
+    // chooses, and it chooses differently in each unrolled variant of a kernel (e.g. the 1-row and
+    // 8-row GEMV tiles), so a verify row would differ from the decode of the same row in the last
+    // bit (seen on the H200 for Q4_K) and greedy speculation would stop being exactly lossless.
+    // The CPU reference (Rust) never contracts either.
+    cmd.args(["-O3", "-std=c++17", "-Wall", "-Werror", "-ffp-contract=off"])
         .arg("-o")
         .arg(&job.out)
         .arg(&job.path);

@@ -19,6 +19,6 @@ fi
 [ -n "$cxx" ] || { echo "build_emu.sh: no C++ compiler (set CXX)" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 echo "+ $cxx -std=c++20 -O2 -fPIC -shared ... -o $out"
-"$cxx" -std=c++20 -O2 -fPIC -shared -pthread -Wall -Werror -Wno-unknown-pragmas \
+"$cxx" -std=c++20 -O2 -ffp-contract=off -fPIC -shared -pthread -Wall -Werror -Wno-unknown-pragmas \
     -I "$here/emu" -o "$out" "$here/emu/cuda_emu.cpp"
 echo "built $out"
