@@ -3,13 +3,16 @@
 // 1. kv_write: rows pos[t] of the caches get the new k/v (all rows before any query runs).
 // 2. attn_hdN: query t, head h attends to cache rows of kv head h / (nh / nkv) with
 //    softmax(q·k · scale) in f32 (online softmax). Causal (graph op Attention): rows
-//    0 ..= pos[t]. Non-causal (AttentionNonCausal): rows 0 .. n_all (= max(pos) + 1, from the
-//    host), limited to |pos[t] - j| <= window when window > 0. Tree (AttentionTree; mask != null,
+//    0 ..= pos[t]. Non-causal (AttentionNonCausal): rows 0 .. n_all (= max(pos) + 1, read from
+//    the device positions), limited to |pos[t] - j| <= window when window > 0. Tree (AttentionTree; mask != null,
 //    causal range): the new rows are consecutive from pos[0] and query t skips the new rows
 //    pos[0] + j with mask[t·T + j] == 0. Grid (splits, nh, T), 4 warps per block, each
 //    warp a strided subset of the keys; lane l holds dims l, l + 32, ... (HDL = ceil(hd / 32)).
 //    With one split the block writes the normalised output; otherwise it writes its partial
-//    (max, sum, unnormalised output) and 3. attn_combine merges the splits.
+//    (max, sum, unnormalised output) and 3. attn_combine merges the splits. Split s covers keys
+//    [lo + s·chunk, lo + (s+1)·chunk), chunk = ceil(longest key range / nsplit), both derived
+//    on the device from pos: the host fixes only nsplit (a launch shape), so a captured graph
+//    replays correctly for every position of a later run.
 #include "common.h"
 
 constexpr u32 ATTN_WARPS = 4;
@@ -27,11 +30,26 @@ KERNEL(KV_THREADS) kv_write(const float* __restrict__ k, const float* __restrict
     vc[(u64)p * row + e] = v[i];
 }
 
+// One past the largest in-cache position of the T rows (0 if none), for every lane of the warp.
+DEV u32 attn_extent(const i32* __restrict__ pos, u32 T, u32 cap) {
+    i32 mx = -1;
+    for (u32 i = lane_id(); i < T; i += WARP) {
+        const i32 p = pos[i];
+        if (p >= 0 && (u32)p < cap && p > mx) mx = p;
+    }
+#pragma unroll
+    for (u32 m = 16; m > 0; m >>= 1) {
+        const i32 o = shfl_xor_i32(mx, m);
+        mx = o > mx ? o : mx;
+    }
+    return (u32)(mx + 1);
+}
+
 template <u32 HDL>
 DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
               const i32* __restrict__ pos, float* __restrict__ out, float* __restrict__ part_o,
-              float* __restrict__ part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, u32 chunk,
-              u32 cap, u32 causal, u32 n_all, u32 window, const i32* __restrict__ mask, u32 T) {
+              float* __restrict__ part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, u32 cap,
+              u32 causal, u32 window, const i32* __restrict__ mask, u32 T) {
     __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS];
     __shared__ float so[ATTN_WARPS][HDL * WARP];
     const u32 sp = bid_x(), h = bid_y(), t = bid_z();
@@ -39,6 +57,10 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     const u32 kvh = h / (nh / nkv);
     const u32 row = nkv * hd;
     const i32 p = pos[t];
+    // Causal attention with one split needs no extent (each query ends at its own position).
+    const u32 n_all = (!causal || nsplit > 1) ? attn_extent(pos, T, cap) : cap;
+    const u32 max_n = !causal && window > 0 && 2 * window + 1 < n_all ? 2 * window + 1 : n_all;
+    const u32 chunk = nsplit == 1 ? cap : ((max_n + nsplit - 1) / nsplit > 0 ? (max_n + nsplit - 1) / nsplit : 1u);
     // Key rows [lo, hi) of this query; empty for a position outside the cache (rejected by the
     // host when positions are an input).
     u32 lo = 0, hi = 0;
@@ -130,9 +152,9 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     KERNEL(ATTN_THREADS)                                                                             \
     attn_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,        \
                  float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,     \
-                 u32 chunk, u32 cap, u32 causal, u32 n_all, u32 window, const i32* mask, u32 T) {    \
-        attn<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, chunk, cap,      \
-                  causal, n_all, window, mask, T);                                                   \
+                 u32 cap, u32 causal, u32 window, const i32* mask, u32 T) {                          \
+        attn<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, causal,     \
+                  window, mask, T);                                                                  \
     }
 
 DS_ATTN(1)

@@ -790,6 +790,65 @@ pub(super) fn node(
 const ATTN_CHUNK: usize = 256;
 const ATTN_MAX_SPLITS: usize = 64;
 
+/// How many splits the attention kernel cuts each query's key range into: the only launch shape
+/// that depends on a run's values (the positions); the kernel derives the split length and the
+/// key range from the positions in device memory, so a captured graph stays valid for every run
+/// with the same split counts ([`launch_key`]).
+fn attention_splits(
+    be: &HipBackend,
+    g: &Graph,
+    bound: &HashMap<TensorId, &HostData>,
+    node: &Node,
+    p: &crate::graph::AttnParams,
+    window: Option<usize>,
+) -> Result<usize, BackendError> {
+    let tree = matches!(node.op, Op::AttentionTree(_));
+    let cap = g.tensor(node.inputs[if tree { 5 } else { 4 }]).shape[0];
+    let t = g.tensor(node.inputs[0]).shape[0];
+    // One past the largest position: known on the host when positions are an input.
+    let n_all = input_i32(g, bound, node.inputs[3])
+        .and_then(|v| v.iter().max().map(|m| (*m as usize + 1).min(cap)));
+    if window.is_some() && n_all.is_none() {
+        return Err(unsupported(
+            be,
+            &node.op,
+            "non-causal attention needs its positions as a graph input".into(),
+        ));
+    }
+    let n_all = n_all.unwrap_or(cap);
+    // Longest key range of any query.
+    let max_n = match window {
+        Some(w) if w > 0 => (2 * w + 1).min(n_all),
+        _ => n_all,
+    };
+    let sms = be.drv.multiprocessors() as usize;
+    Ok(if t * p.n_heads >= 4 * sms {
+        1
+    } else {
+        max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
+    })
+}
+
+/// The values of a run that fix its launch shapes beyond the graph's own shapes: the split count
+/// of every attention node. Two runs of one graph with equal keys issue the same launches with
+/// the same arguments (everything else a kernel needs per run is read from device memory).
+pub(super) fn launch_key(
+    be: &HipBackend,
+    g: &Graph,
+    bound: &HashMap<TensorId, &HostData>,
+) -> Result<Vec<u32>, BackendError> {
+    let mut key = Vec::new();
+    for node in &g.nodes {
+        let (p, window) = match &node.op {
+            Op::Attention(p) | Op::AttentionTree(p) => (p, None),
+            Op::AttentionNonCausal { attn, window } => (attn, Some(*window)),
+            _ => continue,
+        };
+        key.push(attention_splits(be, g, bound, node, p, window)? as u32);
+    }
+    Ok(key)
+}
+
 /// `window`: `None` for causal attention, `Some(w)` for non-causal (0 = unlimited).
 fn attention(
     be: &HipBackend,
@@ -829,29 +888,7 @@ fn attention(
             u(cap),
         ],
     )?;
-    // One past the largest position: known on the host when positions are an input.
-    let n_all = input_i32(g, env.bound, node.inputs[3])
-        .and_then(|v| v.iter().max().map(|m| (*m as usize + 1).min(cap)));
-    if window.is_some() && n_all.is_none() {
-        return Err(unsupported(
-            be,
-            &node.op,
-            "non-causal attention needs its positions as a graph input".into(),
-        ));
-    }
-    let n_all = n_all.unwrap_or(cap);
-    // Longest key range of any query.
-    let max_n = match window {
-        Some(w) if w > 0 => (2 * w + 1).min(n_all),
-        _ => n_all,
-    };
-    let sms = be.drv.multiprocessors() as usize;
-    let nsplit = if t * nh >= 4 * sms {
-        1
-    } else {
-        max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
-    };
-    let chunk = max_n.div_ceil(nsplit).max(1);
+    let nsplit = attention_splits(be, env.graph, env.bound, node, p, window)?;
     let hdl = match hd.div_ceil(32) {
         0 | 1 => 1,
         2 => 2,
@@ -885,10 +922,8 @@ fn attention(
             u(hd),
             Arg::F32(p.scale),
             u(nsplit),
-            u(chunk),
             u(cap),
             u(usize::from(window.is_none())),
-            u(n_all),
             u(window.unwrap_or(0)),
             Arg::P(mask),
             u(t),

@@ -7,13 +7,18 @@
 //! weights that an op reads as plain f32 (norm vectors, conv taps, gate constants) are
 //! dequantized on the device once and cached. States are device buffers updated in place;
 //! `compile` plans the intermediate slots with [`Plan`] into one arena per graph; `run` copies the
-//! inputs, launches every node in order, and reads back only the graph's outputs.
+//! inputs, launches every node in order, and reads back only the graph's outputs. Repeated runs
+//! of one graph replay a captured driver graph instead ([`graphs`]; `DELTASPEC_HIP_GRAPHS=0`
+//! turns it off, and `DELTASPEC_PROFILE`'s per-node timing always launches directly).
 //!
 //! `--backend hip` tries AMD then NVIDIA; `hip:rocm` and `hip:cuda` force one.
 
 pub mod driver;
+mod graphs;
 pub mod kernels;
 mod lower;
+
+pub use graphs::GraphStats;
 
 use super::{
     Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore,
@@ -115,6 +120,11 @@ pub struct HipBackend {
     /// to int8 and use integer dot products (as llama.cpp does); off = f32 activations, which
     /// agree with the CPU reference to rounding. `DELTASPEC_HIP_MATMUL=f32` turns it off.
     int8_matmul: bool,
+    /// Captured graphs of repeated runs.
+    graphs: RefCell<graphs::GraphCache>,
+    /// Set while the node launches of a run are being captured: nothing may then sync or
+    /// reallocate a buffer.
+    capturing: std::cell::Cell<bool>,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -179,6 +189,10 @@ impl HipBackend {
                 // Verify widths up to 64 rows (tree budgets) take the same int8 path as decode,
                 // so a verified row equals the decoded row bit for bit.
                 .unwrap_or(64),
+            graphs: RefCell::new(graphs::GraphCache::new(
+                std::env::var("DELTASPEC_HIP_GRAPHS").map_or(true, |v| v != "0"),
+            )),
+            capturing: std::cell::Cell::new(false),
             drv,
         };
         let candidates: Vec<String> = match b.drv.api() {
@@ -240,11 +254,50 @@ impl HipBackend {
     /// Largest row count that uses the GEMV path (more rows use the tiled kernel).
     pub fn set_gemv_max_n(&mut self, n: usize) {
         self.gemv_max_n = n;
+        self.drop_graphs(|_| true);
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
     pub fn set_int8_matmul(&mut self, on: bool) {
         self.int8_matmul = on;
+        self.drop_graphs(|_| true);
+    }
+
+    /// Graph capture and replay of repeated runs on (the default unless
+    /// `DELTASPEC_HIP_GRAPHS=0`, where the driver supports it) or off.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.drop_graphs(|_| true);
+        self.graphs.borrow_mut().enabled = on;
+    }
+
+    /// Whether runs may replay captured graphs (on, and the driver supports them).
+    pub fn graphs_active(&self) -> bool {
+        self.graphs.borrow().enabled && self.drv.graphs_supported()
+    }
+
+    /// Capture and replay counters since the backend opened.
+    pub fn graph_stats(&self) -> GraphStats {
+        self.graphs.borrow().stats()
+    }
+
+    /// Destroys the captured graphs whose key matches `pred` (after a sync: a replay of one
+    /// may still be queued).
+    fn drop_graphs(&self, pred: impl Fn(&graphs::Key) -> bool) {
+        if self.drv.graphs_supported() {
+            let _ = self.drv.sync();
+            self.graphs.borrow_mut().drop_where(self.drv.as_ref(), pred);
+        }
+    }
+
+    /// A grow-only buffer must grow: refused while capturing (the warm-up run of the same
+    /// launches grew it already, so this means the launches differ), and every captured graph
+    /// holding the old address is dropped.
+    fn before_regrow(&self) -> Result<(), BackendError> {
+        if self.capturing.get() {
+            return Err(self.dev_err("a scratch buffer would grow during graph capture"));
+        }
+        self.drop_graphs(|_| true);
+        Ok(())
     }
 
     fn load_module_for(&self, target: &str, source: &str) -> Result<Handle, String> {
@@ -317,6 +370,7 @@ impl HipBackend {
             if b.bytes >= bytes {
                 return Ok(b.ptr);
             }
+            self.before_regrow()?;
             self.drv.sync().map_err(|e| self.dev_err(e))?;
             self.free(b);
             *s = None;
@@ -334,6 +388,7 @@ impl HipBackend {
             if b.bytes >= bytes {
                 return Ok(b.ptr);
             }
+            self.before_regrow()?;
             self.drv.sync().map_err(|e| self.dev_err(e))?;
             self.free(b);
             *s = None;
@@ -360,6 +415,51 @@ impl HipBackend {
                 name: name.into(),
             })?;
         Ok((*b, b.bytes / 4))
+    }
+
+    /// Launches every node of a run in order (`profiling`: timed one by one, synced around each).
+    fn launch_nodes(&self, env: &lower::Env, profiling: bool) -> Result<(), BackendError> {
+        self.quantized.set(None);
+        for (i, node) in env.graph.nodes.iter().enumerate() {
+            if !profiling {
+                lower::node(self, env, i, node)?;
+                continue;
+            }
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            let t = std::time::Instant::now();
+            lower::node(self, env, i, node)?;
+            self.drv.sync().map_err(|e| self.dev_err(e))?;
+            crate::backend::profile::record(
+                crate::backend::profile_key(env.graph, node),
+                t.elapsed().as_secs_f64(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Captures the node launches of a run into a graph, keeps it for `key` and launches it
+    /// (which runs this step). On failure nothing of the run has executed: the caller launches
+    /// directly.
+    fn capture_and_launch(&self, env: &lower::Env, key: graphs::Key) -> Result<(), String> {
+        self.drv.capture_begin()?;
+        self.capturing.set(true);
+        let queued = self.launch_nodes(env, false);
+        self.capturing.set(false);
+        let ended = self.drv.capture_end();
+        let exec = match (queued, ended) {
+            (Ok(()), Ok(h)) => h,
+            (Ok(()), Err(e)) => return Err(e),
+            (Err(e), ended) => {
+                if let Ok(h) = ended {
+                    let _ = self.drv.graph_destroy(h);
+                }
+                return Err(e.to_string());
+            }
+        };
+        self.graphs
+            .borrow_mut()
+            .store(self.drv.as_ref(), key, exec)?;
+        self.drv.graph_launch(exec)
     }
 
     /// Makes the f32 view of every weight `exe` reads as plain values.
@@ -484,6 +584,7 @@ impl Backend for HipBackend {
                 })?;
         if let Some(set) = slot.take() {
             self.drv.sync().map_err(|e| self.dev_err(e))?;
+            self.drop_graphs(|k| k.states == states.0);
             for b in set.bufs.values() {
                 self.free(*b);
             }
@@ -664,21 +765,31 @@ impl Backend for HipBackend {
             ss,
             bound: &bound,
         };
-        self.quantized.set(None);
         let profiling = crate::backend::profile::enabled();
-        for (i, node) in graph.nodes.iter().enumerate() {
-            if !profiling {
-                lower::node(self, &env, i, node)?;
-                continue;
+        // Per-node timing syncs between nodes, which a captured graph cannot do.
+        let plan = if !profiling && self.graphs_active() {
+            let key = graphs::Key {
+                exec: ei,
+                weights: weights.0,
+                states: states.0,
+                shapes: lower::launch_key(self, &graph, &bound)?,
+            };
+            let plan = self.graphs.borrow_mut().plan(key.clone());
+            Some((plan, key))
+        } else {
+            None
+        };
+        match plan {
+            Some((graphs::Plan::Replay(h), _)) => {
+                self.drv.graph_launch(h).map_err(|e| self.dev_err(e))?
             }
-            self.drv.sync().map_err(|e| self.dev_err(e))?;
-            let t = std::time::Instant::now();
-            lower::node(self, &env, i, node)?;
-            self.drv.sync().map_err(|e| self.dev_err(e))?;
-            crate::backend::profile::record(
-                crate::backend::profile_key(&graph, node),
-                t.elapsed().as_secs_f64(),
-            );
+            Some((graphs::Plan::Capture, key)) => {
+                if let Err(why) = self.capture_and_launch(&env, key) {
+                    self.graphs.borrow_mut().disable(self.drv.as_ref(), &why);
+                    self.launch_nodes(&env, false)?;
+                }
+            }
+            Some((graphs::Plan::Direct, _)) | None => self.launch_nodes(&env, profiling)?,
         }
 
         let mut outs = Vec::with_capacity(graph.outputs.len());
@@ -748,6 +859,9 @@ impl Backend for HipBackend {
 impl Drop for HipBackend {
     fn drop(&mut self) {
         let _ = self.drv.sync();
+        self.graphs
+            .borrow_mut()
+            .drop_where(self.drv.as_ref(), |_| true);
         let mut bufs: Vec<Buf> = Vec::new();
         for set in self.weights.iter().flatten() {
             bufs.extend(set.tensors.values().map(|w| w.buf));

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +31,15 @@ struct Entry {
     const char* name;
     void (*fn)();
     void (*invoke)(void (*)(), void**);
+    // Byte size of each parameter (a launch recorded into a graph copies the values).
+    size_t nargs;
+    const size_t* sizes;
+};
+
+template <class... A>
+struct ArgSizes {
+    static_assert(((sizeof(A) <= 8) && ...), "kernel parameters are recorded in 8-byte slots");
+    static constexpr size_t v[sizeof...(A) + 1] = {sizeof(A)..., 0};
 };
 
 template <class... A, std::size_t... I>
@@ -42,7 +52,7 @@ void invoke_impl(void (*raw)(), void** args) {
 }
 template <class... A>
 Entry entry(const char* name, void (*f)(A...)) {
-    return Entry{name, reinterpret_cast<void (*)()>(f), &invoke_impl<A...>};
+    return Entry{name, reinterpret_cast<void (*)()>(f), &invoke_impl<A...>, sizeof...(A), ArgSizes<A...>::v};
 }
 
 #define K(name) entry(#name, &name),
@@ -60,6 +70,41 @@ const std::vector<Entry>& table() {
         K(kv_write) K(attn_hd1) K(attn_hd2) K(attn_hd4) K(attn_hd8) K(attn_combine) //
         K(argmax_f32) K(top_k_f32) K(dyn_conv) K(selector_walk)};
     return t;
+}
+
+// Stream capture, per stream as on a real driver (tests open several backends on parallel
+// threads): while a stream captures, launches, memsets and device copies queued on it are
+// recorded instead of run; a graph replays them in order. Host copies and syncs on a capturing
+// stream, and frees by its thread, fail (and spoil the capture).
+struct Op {
+    enum Kind { Launch, Memset, Copy } kind;
+    const Entry* entry = nullptr;
+    unsigned grid[3] = {0, 0, 0}, block = 0;
+    std::vector<unsigned long long> args;  // one 8-byte slot per parameter
+    unsigned long long dst = 0, src = 0;
+    size_t bytes = 0;
+    unsigned char value = 0;
+};
+struct Graph {
+    std::vector<Op> ops;
+};
+struct Stream {
+    bool capturing = false;
+    bool spoiled = false;
+    std::vector<Op> recording;
+};
+// The stream this thread is capturing, if any (for calls that name no stream).
+thread_local Stream* thread_capture = nullptr;
+
+Stream* capturing(void* stream) {
+    Stream* s = (Stream*)stream;
+    return s && s->capturing ? s : nullptr;
+}
+
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: an operation not allowed while capturing.
+int refuse_in_capture(Stream* s) {
+    s->spoiled = true;
+    return 900;
 }
 
 double now_ms() {
@@ -99,14 +144,47 @@ CUresult cuMemAlloc_v2(unsigned long long* p, size_t n) {
     *p = (unsigned long long)m;
     return 0;
 }
-CUresult cuMemFree_v2(unsigned long long p) { std::free((void*)p); return 0; }
-CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, Ptr) { std::memset((void*)p, v, n); return 0; }
-CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void* s, size_t n, Ptr) { std::memcpy((void*)d, s, n); return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void* d, unsigned long long s, size_t n, Ptr) { std::memcpy(d, (void*)s, n); return 0; }
-CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, Ptr) { std::memmove((void*)d, (void*)s, n); return 0; }
-CUresult cuStreamCreate(Ptr* s, unsigned) { *s = (Ptr)1; return 0; }
-CUresult cuStreamSynchronize(Ptr) { return 0; }
-CUresult cuStreamDestroy_v2(Ptr) { return 0; }
+CUresult cuMemFree_v2(unsigned long long p) {
+    if (thread_capture) return refuse_in_capture(thread_capture);  // frees synchronize the device
+    std::free((void*)p);
+    return 0;
+}
+CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, Ptr stream) {
+    if (Stream* s = capturing(stream)) {
+        Op op{Op::Memset};
+        op.dst = p, op.value = v, op.bytes = n;
+        s->recording.push_back(std::move(op));
+        return 0;
+    }
+    std::memset((void*)p, v, n);
+    return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void* s, size_t n, Ptr stream) {
+    if (Stream* c = capturing(stream)) return refuse_in_capture(c);  // pageable host memory
+    std::memcpy((void*)d, s, n);
+    return 0;
+}
+CUresult cuMemcpyDtoHAsync_v2(void* d, unsigned long long s, size_t n, Ptr stream) {
+    if (Stream* c = capturing(stream)) return refuse_in_capture(c);
+    std::memcpy(d, (void*)s, n);
+    return 0;
+}
+CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, Ptr stream) {
+    if (Stream* c = capturing(stream)) {
+        Op op{Op::Copy};
+        op.dst = d, op.src = s, op.bytes = n;
+        c->recording.push_back(std::move(op));
+        return 0;
+    }
+    std::memmove((void*)d, (void*)s, n);
+    return 0;
+}
+CUresult cuStreamCreate(Ptr* s, unsigned) { *s = new Stream; return 0; }
+CUresult cuStreamSynchronize(Ptr stream) {
+    Stream* c = capturing(stream);
+    return c ? refuse_in_capture(c) : 0;
+}
+CUresult cuStreamDestroy_v2(Ptr stream) { delete (Stream*)stream; return 0; }
 CUresult cuModuleLoadDataEx(Ptr* m, const void*, unsigned, int*, void**) { *m = (Ptr)1; return 0; }
 CUresult cuModuleUnload(Ptr) { return 0; }
 CUresult cuModuleGetFunction(Ptr* f, Ptr, const char* name) {
@@ -118,11 +196,12 @@ CUresult cuModuleGetFunction(Ptr* f, Ptr, const char* name) {
     }
     return 500;  // CUDA_ERROR_NOT_FOUND
 }
-CUresult cuLaunchKernel(Ptr f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned,
-                        Ptr, void** params, void**) {
-    const Entry* e = (const Entry*)f;
-    const unsigned n = bx * by * bz;
-    if (n == 0 || n % 32 != 0 || by != 1 || bz != 1) return 1;  // CUDA_ERROR_INVALID_VALUE
+// `__shared__` is function-static storage in the emulation, so launches from different host
+// threads (tests run in parallel, each with its own backend) must not overlap.
+static std::mutex launch_lock;
+
+static void run_kernel(const Entry* e, unsigned gx, unsigned gy, unsigned gz, unsigned n, void** params) {
+    std::lock_guard<std::mutex> hold(launch_lock);
     for (unsigned z = 0; z < gz; ++z)
         for (unsigned y = 0; y < gy; ++y)
             for (unsigned x = 0; x < gx; ++x) {
@@ -143,15 +222,89 @@ CUresult cuLaunchKernel(Ptr f, unsigned gx, unsigned gy, unsigned gz, unsigned b
                 for (auto& th : threads) th.join();
                 for (auto* b : warp_bars) delete b;
             }
+}
+CUresult cuLaunchKernel(Ptr f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned,
+                        Ptr stream, void** params, void**) {
+    const Entry* e = (const Entry*)f;
+    const unsigned n = bx * by * bz;
+    if (n == 0 || n % 32 != 0 || by != 1 || bz != 1) return 1;  // CUDA_ERROR_INVALID_VALUE
+    if (Stream* s = capturing(stream)) {
+        Op op{Op::Launch};
+        op.entry = e;
+        op.grid[0] = gx, op.grid[1] = gy, op.grid[2] = gz;
+        op.block = n;
+        op.args.assign(e->nargs, 0);
+        for (size_t i = 0; i < e->nargs; ++i) std::memcpy(&op.args[i], params[i], e->sizes[i]);
+        s->recording.push_back(std::move(op));
+        return 0;
+    }
+    run_kernel(e, gx, gy, gz, n, params);
     return 0;
 }
+static void replay(const Graph& g) {
+    for (const Op& op : g.ops) {
+        switch (op.kind) {
+            case Op::Launch: {
+                std::vector<unsigned long long> slots = op.args;
+                std::vector<void*> params(slots.size());
+                for (size_t i = 0; i < slots.size(); ++i) params[i] = &slots[i];
+                run_kernel(op.entry, op.grid[0], op.grid[1], op.grid[2], op.block, params.data());
+                break;
+            }
+            case Op::Memset: std::memset((void*)op.dst, op.value, op.bytes); break;
+            case Op::Copy: std::memmove((void*)op.dst, (void*)op.src, op.bytes); break;
+        }
+    }
+}
+CUresult cuStreamBeginCapture_v2(Ptr stream, int) {
+    Stream* s = (Stream*)stream;
+    if (!s || s->capturing || thread_capture) return 900;
+    s->capturing = true;
+    s->spoiled = false;
+    s->recording.clear();
+    thread_capture = s;
+    return 0;
+}
+CUresult cuStreamEndCapture(Ptr stream, Ptr* graph) {
+    Stream* s = capturing(stream);
+    if (!s) return 1;
+    s->capturing = false;
+    thread_capture = nullptr;
+    *graph = nullptr;
+    if (s->spoiled) {
+        s->recording.clear();
+        return 901;  // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    }
+    *graph = new Graph{std::move(s->recording)};
+    s->recording.clear();
+    return 0;
+}
+CUresult cuGraphInstantiateWithFlags(Ptr* exec, Ptr graph, unsigned long long) {
+    if (!graph) return 1;
+    *exec = new Graph(*(Graph*)graph);
+    return 0;
+}
+CUresult cuGraphLaunch(Ptr exec, Ptr stream) {
+    if (!exec || capturing(stream)) return 1;
+    replay(*(Graph*)exec);
+    return 0;
+}
+CUresult cuGraphExecDestroy(Ptr exec) { delete (Graph*)exec; return 0; }
+CUresult cuGraphDestroy(Ptr graph) { delete (Graph*)graph; return 0; }
 CUresult cuEventCreate(Ptr* e, unsigned) { *e = new double(0); return 0; }
-CUresult cuEventRecord(Ptr e, Ptr) { *(double*)e = now_ms(); return 0; }
-CUresult cuEventSynchronize(Ptr) { return 0; }
+CUresult cuEventRecord(Ptr e, Ptr stream) {
+    if (Stream* c = capturing(stream)) return refuse_in_capture(c);  // never done by the backend
+    *(double*)e = now_ms();
+    return 0;
+}
+CUresult cuEventSynchronize(Ptr) { return thread_capture ? refuse_in_capture(thread_capture) : 0; }
 CUresult cuEventElapsedTime(float* ms, Ptr a, Ptr b) { *ms = (float)(*(double*)b - *(double*)a); return 0; }
 CUresult cuEventDestroy_v2(Ptr e) { delete (double*)e; return 0; }
 CUresult cuGetErrorString(CUresult r, const char** s) {
-    *s = r == 500 ? "emulator: no such kernel" : "emulator: invalid launch";
+    *s = r == 500   ? "emulator: no such kernel"
+         : r == 900 ? "emulator: operation not permitted when stream is capturing"
+         : r == 901 ? "emulator: capture was invalidated by an operation not permitted in it"
+                    : "emulator: invalid launch or graph call";
     return 0;
 }
 }

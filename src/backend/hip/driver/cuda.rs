@@ -14,6 +14,38 @@ const ATTR_CC_MINOR: i32 = 76;
 const JIT_ERROR_LOG_BUFFER: i32 = 5;
 const JIT_ERROR_LOG_BUFFER_SIZE_BYTES: i32 = 6;
 const STREAM_NON_BLOCKING: u32 = 1;
+/// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: only this thread's unsafe calls break the capture.
+const CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
+
+/// The graph entry points (CUDA >= 11.4), resolved separately: a driver without them still runs,
+/// launching directly.
+#[allow(non_snake_case)]
+struct GraphFns {
+    cuStreamBeginCapture_v2: unsafe extern "C" fn(Ptr, i32) -> Res,
+    cuStreamEndCapture: unsafe extern "C" fn(Ptr, *mut Ptr) -> Res,
+    cuGraphInstantiateWithFlags: unsafe extern "C" fn(*mut Ptr, Ptr, u64) -> Res,
+    cuGraphLaunch: unsafe extern "C" fn(Ptr, Ptr) -> Res,
+    cuGraphExecDestroy: unsafe extern "C" fn(Ptr) -> Res,
+    cuGraphDestroy: unsafe extern "C" fn(Ptr) -> Res,
+}
+
+impl GraphFns {
+    /// # Safety
+    /// As [`symbol`]: the signatures are cuda.h's declarations of these symbols.
+    unsafe fn load(lib: &libloading::Library) -> Result<GraphFns, String> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            Ok(GraphFns {
+                cuStreamBeginCapture_v2: symbol(lib, "cuStreamBeginCapture_v2")?,
+                cuStreamEndCapture: symbol(lib, "cuStreamEndCapture")?,
+                cuGraphInstantiateWithFlags: symbol(lib, "cuGraphInstantiateWithFlags")?,
+                cuGraphLaunch: symbol(lib, "cuGraphLaunch")?,
+                cuGraphExecDestroy: symbol(lib, "cuGraphExecDestroy")?,
+                cuGraphDestroy: symbol(lib, "cuGraphDestroy")?,
+            })
+        }
+    }
+}
 
 #[allow(non_snake_case)]
 struct Fns {
@@ -62,6 +94,7 @@ struct Fns {
 
 pub struct Cuda {
     f: Fns,
+    g: Option<GraphFns>,
     dev: i32,
     ctx: Ptr,
     stream: Ptr,
@@ -115,8 +148,11 @@ impl Cuda {
                 cuGetErrorString: symbol(&lib, "cuGetErrorString")?,
             }
         };
+        // SAFETY: as above (cuda.h's declarations); stored next to `lib`.
+        let g = unsafe { GraphFns::load(&lib) }.ok();
         let mut d = Cuda {
             f,
+            g,
             dev: 0,
             ctx: std::ptr::null_mut(),
             stream: std::ptr::null_mut(),
@@ -399,6 +435,55 @@ impl Driver for Cuda {
         self.check(
             unsafe { (self.f.cuEventDestroy_v2)(event.0 as Ptr) },
             "cuEventDestroy",
+        )
+    }
+
+    fn graphs_supported(&self) -> bool {
+        self.g.is_some()
+    }
+    fn capture_begin(&self) -> Result<(), String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        self.bind()?;
+        // SAFETY: our stream (a created one: the legacy stream cannot be captured).
+        self.check(
+            unsafe { (g.cuStreamBeginCapture_v2)(self.stream, CAPTURE_MODE_THREAD_LOCAL) },
+            "cuStreamBeginCapture",
+        )
+    }
+    fn capture_end(&self) -> Result<Handle, String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        self.bind()?;
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: our stream, capturing since capture_begin; valid out-pointer.
+        self.check(
+            unsafe { (g.cuStreamEndCapture)(self.stream, &mut graph) },
+            "cuStreamEndCapture",
+        )?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: `graph` came from cuStreamEndCapture; valid out-pointer. The executable graph
+        // keeps its own copy of the nodes, so the template is destroyed right after.
+        let r = unsafe { (g.cuGraphInstantiateWithFlags)(&mut exec, graph, 0) };
+        // SAFETY: `graph` is ours and destroyed once.
+        unsafe { (g.cuGraphDestroy)(graph) };
+        self.check(r, "cuGraphInstantiateWithFlags")?;
+        Ok(Handle(exec as usize))
+    }
+    fn graph_launch(&self, exec: Handle) -> Result<(), String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        self.bind()?;
+        // SAFETY: an executable graph from capture_end, not yet destroyed; our stream.
+        self.check(
+            unsafe { (g.cuGraphLaunch)(exec.0 as Ptr, self.stream) },
+            "cuGraphLaunch",
+        )
+    }
+    fn graph_destroy(&self, exec: Handle) -> Result<(), String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        self.bind()?;
+        // SAFETY: an executable graph from capture_end, destroyed once by the caller.
+        self.check(
+            unsafe { (g.cuGraphExecDestroy)(exec.0 as Ptr) },
+            "cuGraphExecDestroy",
         )
     }
 }

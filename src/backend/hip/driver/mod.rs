@@ -34,7 +34,8 @@ impl Api {
     }
 }
 
-/// The operations the backend needs. All work is issued on the driver's one stream, in order.
+/// The operations the backend needs. All work is issued on the driver's one created stream (never
+/// the legacy default stream, which cannot be captured), in order.
 pub trait Driver {
     fn api(&self) -> Api;
     /// The device's marketing name.
@@ -81,6 +82,34 @@ pub trait Driver {
     /// Milliseconds between two recorded events (waits for `end`).
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, String>;
     fn event_destroy(&self, event: Handle) -> Result<(), String>;
+
+    /// Whether the driver can capture the stream's work into a replayable graph (the symbols
+    /// resolved at load time). Drivers without it keep launching directly.
+    fn graphs_supported(&self) -> bool {
+        false
+    }
+    /// Starts capturing the stream: launches, memsets and device copies queued until
+    /// [`Driver::capture_end`] are recorded, not run. Host copies, syncs and event waits are not
+    /// allowed meanwhile (the driver reports an error).
+    fn capture_begin(&self) -> Result<(), String> {
+        Err("graph capture is not supported by this driver".into())
+    }
+    /// Ends the capture and instantiates it: the returned executable graph replays the recorded
+    /// work with the recorded arguments. Must follow every successful `capture_begin`, also
+    /// when queuing failed in between (the partial graph is then discarded by the caller).
+    fn capture_end(&self) -> Result<Handle, String> {
+        Err("graph capture is not supported by this driver".into())
+    }
+    /// Queues one replay of an executable graph on the stream.
+    fn graph_launch(&self, exec: Handle) -> Result<(), String> {
+        let _ = exec;
+        Err("graph capture is not supported by this driver".into())
+    }
+    /// Frees an executable graph (no replay of it may still be queued: sync first).
+    fn graph_destroy(&self, exec: Handle) -> Result<(), String> {
+        let _ = exec;
+        Err("graph capture is not supported by this driver".into())
+    }
 }
 
 /// Opens the first device of one API, or says why it is unavailable.

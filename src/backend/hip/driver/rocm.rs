@@ -15,6 +15,38 @@ const HIP_MEMCPY_D2H: i32 = 2;
 const HIP_MEMCPY_D2D: i32 = 3;
 const ATTR_MULTIPROCESSOR_COUNT: i32 = 63;
 const ATTR_WARP_SIZE: i32 = 87;
+/// `hipStreamCaptureModeThreadLocal`.
+const CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
+
+/// The graph entry points, resolved separately: a runtime without them still runs, launching
+/// directly.
+#[allow(non_snake_case)]
+struct GraphFns {
+    hipStreamBeginCapture: unsafe extern "C" fn(Ptr, i32) -> Err,
+    hipStreamEndCapture: unsafe extern "C" fn(Ptr, *mut Ptr) -> Err,
+    hipGraphInstantiate: unsafe extern "C" fn(*mut Ptr, Ptr, *mut Ptr, *mut c_char, usize) -> Err,
+    hipGraphLaunch: unsafe extern "C" fn(Ptr, Ptr) -> Err,
+    hipGraphExecDestroy: unsafe extern "C" fn(Ptr) -> Err,
+    hipGraphDestroy: unsafe extern "C" fn(Ptr) -> Err,
+}
+
+impl GraphFns {
+    /// # Safety
+    /// As [`symbol`]: the signatures are hip_runtime_api.h's declarations of these symbols.
+    unsafe fn load(lib: &libloading::Library) -> Result<GraphFns, String> {
+        // SAFETY: forwarded to the caller.
+        unsafe {
+            Ok(GraphFns {
+                hipStreamBeginCapture: symbol(lib, "hipStreamBeginCapture")?,
+                hipStreamEndCapture: symbol(lib, "hipStreamEndCapture")?,
+                hipGraphInstantiate: symbol(lib, "hipGraphInstantiate")?,
+                hipGraphLaunch: symbol(lib, "hipGraphLaunch")?,
+                hipGraphExecDestroy: symbol(lib, "hipGraphExecDestroy")?,
+                hipGraphDestroy: symbol(lib, "hipGraphDestroy")?,
+            })
+        }
+    }
+}
 
 #[allow(non_snake_case)]
 struct Fns {
@@ -57,6 +89,7 @@ struct Fns {
 
 pub struct Rocm {
     f: Fns,
+    g: Option<GraphFns>,
     stream: Ptr,
     modules: std::cell::RefCell<Vec<Ptr>>,
     name: String,
@@ -103,8 +136,11 @@ impl Rocm {
                 hipGetErrorString: symbol(&lib, "hipGetErrorString")?,
             }
         };
+        // SAFETY: as above (hip_runtime_api.h's declarations); stored next to `lib`.
+        let g = unsafe { GraphFns::load(&lib) }.ok();
         let mut d = Rocm {
             f,
+            g,
             stream: std::ptr::null_mut(),
             modules: Default::default(),
             name: String::new(),
@@ -323,6 +359,60 @@ impl Driver for Rocm {
         self.check(
             unsafe { (self.f.hipEventDestroy)(event.0 as Ptr) },
             "hipEventDestroy",
+        )
+    }
+
+    fn graphs_supported(&self) -> bool {
+        self.g.is_some()
+    }
+    fn capture_begin(&self) -> Result<(), String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        // SAFETY: our stream (a created one, not the null stream).
+        self.check(
+            unsafe { (g.hipStreamBeginCapture)(self.stream, CAPTURE_MODE_THREAD_LOCAL) },
+            "hipStreamBeginCapture",
+        )
+    }
+    fn capture_end(&self) -> Result<Handle, String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: our stream, capturing since capture_begin; valid out-pointer.
+        self.check(
+            unsafe { (g.hipStreamEndCapture)(self.stream, &mut graph) },
+            "hipStreamEndCapture",
+        )?;
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: `graph` came from hipStreamEndCapture; valid out-pointer; null error-node and
+        // log pointers with a zero log size are allowed. The executable graph keeps its own
+        // copy of the nodes, so the template is destroyed right after.
+        let r = unsafe {
+            (g.hipGraphInstantiate)(
+                &mut exec,
+                graph,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        // SAFETY: `graph` is ours and destroyed once.
+        unsafe { (g.hipGraphDestroy)(graph) };
+        self.check(r, "hipGraphInstantiate")?;
+        Ok(Handle(exec as usize))
+    }
+    fn graph_launch(&self, exec: Handle) -> Result<(), String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        // SAFETY: an executable graph from capture_end, not yet destroyed; our stream.
+        self.check(
+            unsafe { (g.hipGraphLaunch)(exec.0 as Ptr, self.stream) },
+            "hipGraphLaunch",
+        )
+    }
+    fn graph_destroy(&self, exec: Handle) -> Result<(), String> {
+        let g = self.g.as_ref().ok_or("no graph entry points")?;
+        // SAFETY: an executable graph from capture_end, destroyed once by the caller.
+        self.check(
+            unsafe { (g.hipGraphExecDestroy)(exec.0 as Ptr) },
+            "hipGraphExecDestroy",
         )
     }
 }
