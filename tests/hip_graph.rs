@@ -135,7 +135,9 @@ fn attention_replays_equal_direct_launches_as_positions_grow() {
     // Decode rows (t = 1) cross the 256-key split boundaries at 256 and 512 (a new capture
     // each time); verify-like rows (t = 3) move by 3 per run; non-causal rows with and without
     // a window read their key range from the device positions.
-    let cases: Vec<(&str, usize, Option<usize>, Vec<Vec<i32>>)> = vec![
+    // (what, rows, window, positions of each run)
+    type Case = (&'static str, usize, Option<usize>, Vec<Vec<i32>>);
+    let cases: Vec<Case> = vec![
         (
             "causal t=1",
             1,
