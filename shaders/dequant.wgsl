@@ -332,3 +332,101 @@ fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     }
     return $F_f16(b + 208u);
 }
+
+// Int8 work items for the Q8 GEMV (`//#dequant8 NAME`, spliced after the type's own section):
+// `$F_qitem(ro, s, &w)` decodes item s (32 values, one activation block) of the row at byte ro
+// to packed int8 words (value e in byte e % 4 of word e / 4) and returns (s0, s1, m): the
+// item's dot product with int8 activations q of scale xd and scaled sum xs is
+//   xd · (s0 · Σ_{e<16} w_e q_e + s1 · Σ_{e≥16} w_e q_e) + m · xs.
+// `$F_qinit(tid)` fills workgroup tables (then a barrier).
+
+//! Q8_0 q8
+fn $F_qinit(tid: u32) {}
+fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+    let o = ro + s * 34u;
+    *w = $F_win8(o + 2u);
+    let d = $F_f16(o);
+    return vec3<f32>(d, d, 0.0);
+}
+
+//! IQ4_XS q8
+// The grid as int8 bytes pre-shifted to each byte position: KB[16p + i] = kv[i] << 8p, so a
+// word of four looked-up values is four loads or-ed (no per-value shift).
+var<workgroup> $F_KB: array<u32, 64>;
+fn $F_qinit(tid: u32) {
+    // Every GEMV workgroup has at least 32 threads.
+    if tid < 32u {
+        for (var i = tid; i < 64u; i += 32u) {
+            $F_KB[i] = (bitcast<u32>(i32($F_KV[i & 15u])) & 0xffu) << (8u * (i >> 4u));
+        }
+    }
+}
+// Nibbles sh .. sh + 3 of the four bytes of q through the grid.
+fn $F_kb4(q: u32) -> u32 {
+    return $F_KB[q & 0xfu] | $F_KB[16u + ((q >> 8u) & 0xfu)] | $F_KB[32u + ((q >> 16u) & 0xfu)] | $F_KB[48u + ((q >> 24u) & 0xfu)];
+}
+fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+    let b = (ro >> 2u) + (s >> 3u) * 34u;
+    let ib = s & 7u;
+    let h = $W[b];
+    let ls = ($W[b + 1u] >> (4u * ib)) & 0xfu;
+    let hs = (h >> (16u + 2u * ib)) & 3u;
+    let dl = $F_h2f(h & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
+    let q0 = b + 2u + 4u * ib;
+    for (var i = 0u; i < 4u; i++) {
+        let q = $W[q0 + i];
+        (*w)[i] = $F_kb4(q);
+        (*w)[i + 4u] = $F_kb4(q >> 4u);
+    }
+    return vec3<f32>(dl, dl, 0.0);
+}
+
+//! Q4_K q8
+fn $F_qinit(tid: u32) {}
+fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+    let b = ro + (s >> 3u) * 144u;
+    let j = s & 7u;
+    let dm = $F_kdm(b, j);
+    let q0 = (b >> 2u) + 4u + 8u * (j >> 1u);
+    let sh = 4u * (j & 1u);
+    for (var i = 0u; i < 8u; i++) {
+        (*w)[i] = ($W[q0 + i] >> sh) & 0x0f0f0f0fu;
+    }
+    return vec3<f32>(dm.x, dm.x, -dm.y);
+}
+
+//! Q5_K q8
+fn $F_qinit(tid: u32) {}
+fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+    let b = ro + (s >> 3u) * 176u;
+    let j = s & 7u;
+    let dm = $F_kdm(b, j);
+    let qh0 = (b >> 2u) + 4u;
+    let q0 = (b >> 2u) + 12u + 8u * (j >> 1u);
+    let sh = 4u * (j & 1u);
+    for (var i = 0u; i < 8u; i++) {
+        (*w)[i] = (($W[q0 + i] >> sh) & 0x0f0f0f0fu) | ((($W[qh0 + i] >> j) & 0x01010101u) << 4u);
+    }
+    return vec3<f32>(dm.x, dm.x, -dm.y);
+}
+
+//! Q6_K q8
+fn $F_qinit(tid: u32) {}
+// Item layout as in the Q6_K section; the 6-bit values are made signed (q − 32) bytewise:
+// setting each byte's top bit first keeps the borrow from crossing bytes.
+fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+    let b = ro + (s >> 3u) * 210u;
+    let j = s & 7u;
+    let half = j >> 2u;
+    let qi = j & 3u;
+    let ql = $F_win8(b + 64u * half + 32u * (qi & 1u));
+    let qh = $F_win8(b + 128u + 32u * half);
+    let scs = $F_u16(b + 192u + 8u * half + 2u * qi);
+    let d = $F_f16(b + 208u);
+    let sl = 4u * (qi >> 1u);
+    for (var i = 0u; i < 8u; i++) {
+        let v = ((ql[i] >> sl) & 0x0f0f0f0fu) | (((qh[i] >> (2u * qi)) & 0x03030303u) << 4u);
+        (*w)[i] = ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
+    }
+    return vec3<f32>(d * f32((i32(scs) << 24u) >> 24u), d * f32((i32(scs) << 16u) >> 24u), 0.0);
+}

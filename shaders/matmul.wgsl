@@ -18,11 +18,22 @@
 // - XGATE: x is read as x · sigmoid(G) (the attention output gate folded into o_proj).
 // - SPLIT: segment 0's rows are periods of P = pu(20) rows whose first H = pu(21) go to Y0 and
 //   the rest to YS, each as rows of H (attn_q's per-head [query | gate] halves).
+// - Q8 (int8 activations): x comes quantized by quantize.wgsl (XQ packed int8, XD per-32
+//   (scale, scaled sum)); each weight item is decoded to packed int8 words (`$F_qitem`,
+//   section "<type> q8") that meet the activations in dot4I8Packed (hardware 4-way dot
+//   products where the device has them, naga's polyfill elsewhere). XGATE is applied by the
+//   quantize kernel instead. Integer sums are exact and a row's accumulation order does not
+//   depend on N, so a row of an N-row run equals the 1-row run bit for bit. Inputs wider than
+//   NT run as several dispatches over one quantization: rows n0 .. n0 + N.
 // Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
-// SPLIT.
+// SPLIT, Q8.
 // Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
-// rows, ldy, col_off.
+// rows, ldy, col_off; 20, 21 SPLIT's period and half; 22 n0 (Q8).
 
+//#if Q8
+@group(0) @binding(#) var<storage, read> XQ: array<vec4<u32>>;
+@group(0) @binding(#) var<storage, read> XD: array<vec2<f32>>;
+//#else
 //#if XV4
 @group(0) @binding(#) var<storage, read> X: array<vec4<f32>>;
 //#if XGATE
@@ -30,6 +41,7 @@
 //#endif
 //#else
 @group(0) @binding(#) var<storage, read> X: array<f32>;
+//#endif
 //#endif
 @group(0) @binding(#) var<storage, read> W0: array<u32>;
 //#if SEG2
@@ -67,6 +79,18 @@
 //#if SEG4
 //#dequant W3
 //#endif
+//#if Q8
+//#dequant8 W0
+//#if SEG2
+//#dequant8 W1
+//#endif
+//#if SEG3
+//#dequant8 W2
+//#endif
+//#if SEG4
+//#dequant8 W3
+//#endif
+//#endif
 
 const SUB4: u32 = W0_SUB4;
 const HOLD_X: bool = NT <= R;
@@ -97,6 +121,28 @@ fn item(seg: u32, ro: u32, s: u32, v: ptr<function, array<vec4<f32>, SUB4>>) -> 
     return W0_item(ro, s, v);
 }
 
+//#if Q8
+// Item s of a segment's row at byte ro as packed int8 words and (s0, s1, m) (see qitem in
+// dequant.wgsl).
+fn qitem(seg: u32, ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+//#if SEG4
+    if seg == 3u {
+        return W3_qitem(ro, s, w);
+    }
+//#endif
+//#if SEG3
+    if seg == 2u {
+        return W2_qitem(ro, s, w);
+    }
+//#endif
+//#if SEG2
+    if seg == 1u {
+        return W1_qitem(ro, s, w);
+    }
+//#endif
+    return W0_qitem(ro, s, w);
+}
+//#else
 // Four activations of row-major x starting at element e (a multiple of 4).
 fn x4(e: u32) -> vec4<f32> {
 //#if XV4
@@ -109,6 +155,7 @@ fn x4(e: u32) -> vec4<f32> {
     return vec4<f32>(X[e], X[e + 1u], X[e + 2u], X[e + 3u]);
 //#endif
 }
+//#endif
 
 // Output (n, m) of segment seg (m: row of the segment's weight).
 fn store(seg: u32, n: u32, m: u32, v: f32) {
@@ -161,6 +208,18 @@ fn main(
     @builtin(num_subgroups) n_sg: u32,
 //#endif
 ) {
+//#if Q8
+    W0_qinit(tid);
+//#if SEG2
+    W1_qinit(tid);
+//#endif
+//#if SEG3
+    W2_qinit(tid);
+//#endif
+//#if SEG4
+    W3_qinit(tid);
+//#endif
+//#else
     W0_init(tid);
 //#if SEG2
     W1_init(tid);
@@ -170,6 +229,7 @@ fn main(
 //#endif
 //#if SEG4
     W3_init(tid);
+//#endif
 //#endif
     workgroupBarrier();
     let n_rows = pu(0u);
@@ -210,6 +270,30 @@ fn main(
         ro[r] = min(m0 + r % RW, m_rows - 1u) * rb;
     }
     var acc: array<f32, R * NT>;
+//#if Q8
+    let n0 = pu(22u);
+    let items = k / 32u;
+    for (var s = tid; s < items; s += WG) {
+        var w: array<array<u32, 8>, R>;
+        var sc: array<vec3<f32>, R>;
+        for (var r = 0u; r < R; r++) {
+            var wr: array<u32, 8>;
+            sc[r] = qitem(rseg[r], ro[r], s, &wr);
+            w[r] = wr;
+        }
+        for (var n = 0u; n < NT; n++) {
+            let xb = (n0 + min(n, n_rows - 1u)) * items + s;
+            let a = XQ[2u * xb];
+            let b = XQ[2u * xb + 1u];
+            let xd = XD[xb];
+            for (var r = 0u; r < R; r++) {
+                let s0 = dot4I8Packed(w[r][0], a.x) + dot4I8Packed(w[r][1], a.y) + dot4I8Packed(w[r][2], a.z) + dot4I8Packed(w[r][3], a.w);
+                let s1 = dot4I8Packed(w[r][4], b.x) + dot4I8Packed(w[r][5], b.y) + dot4I8Packed(w[r][6], b.z) + dot4I8Packed(w[r][7], b.w);
+                acc[r * NT + n] += xd.x * (sc[r].x * f32(s0) + sc[r].y * f32(s1)) + sc[r].z * xd.y;
+            }
+        }
+    }
+//#else
     let items = k / W0_SUB;
     for (var s = tid; s < items; s += WG) {
         let e = s * W0_SUB;
@@ -269,6 +353,7 @@ fn main(
         }
     }
 //#endif
+//#endif
 //#if SG
     for (var v = 0u; v < R * NT; v++) {
         let t = subgroupAdd(acc[v]);
@@ -308,7 +393,11 @@ fn main(
             }
             sum = (sum / (1.0 + exp(-sum))) * up;
 //#endif
+//#if Q8
+            store(seg, n0 + n, m0 + r, sum);
+//#else
             store(seg, n, m0 + r, sum);
+//#endif
         }
     }
 }

@@ -405,6 +405,8 @@ fn wgpu_matches_cpu() {
     use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
     match WgpuBackend::with_options(WgpuOptions {
         poison: true,
+        // Strict comparison: f32 activations.
+        int8_matmul: Some(false),
         ..WgpuOptions::default()
     }) {
         Ok(mut b) => compare("wgpu", &mut b),

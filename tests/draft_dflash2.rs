@@ -239,7 +239,7 @@ fn batched_vs_single(backend_name: &str) -> Option<Vec<Vec<SeqOutput>>> {
 #[test]
 fn batched_draft_equals_per_sequence_drafts() {
     let cpu = batched_vs_single("cpu").unwrap();
-    if let Some(gpu) = batched_vs_single("wgpu") {
+    if let Some(gpu) = batched_vs_single("wgpu:f32") {
         for (r, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
             for (slot, (x, y)) in g.iter().zip(c).enumerate() {
                 same(&format!("wgpu vs cpu round {r} slot {slot}"), x, y, 1e-4);

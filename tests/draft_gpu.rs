@@ -105,7 +105,8 @@ fn with_dspark(mut d: DFlash, vocab: usize) -> DFlash {
 #[test]
 fn drafters_on_gpu_backends_match_cpu() {
     let dir = scratch("match");
-    let mut gpus: Vec<(&str, Box<dyn Backend>)> = ["wgpu", "hip"]
+    // wgpu with f32 activations (a strict comparison).
+    let mut gpus: Vec<(&str, Box<dyn Backend>)> = ["wgpu:f32", "hip"]
         .into_iter()
         .filter_map(|n| gpu(n).map(|b| (n, b)))
         .collect();

@@ -3,14 +3,15 @@
 //! kernel from 16 on), several rounds of items per thread, rows that do not fill the last
 //! workgroup, both reduction paths (subgroups and workgroup memory), and the fused groups
 //! (projection segments, gate+up+SwiGLU, the sigmoid gate folded into a matmul) with the
-//! dispatch counts they must produce.
+//! dispatch counts they must produce. The int8-activation path (Q8_0, Q4_K, Q5_K, Q6_K,
+//! IQ4_XS) against the q8-activation CPU reference, batch invariance, and its fused groups.
 
 #[path = "common/gpu_case.rs"]
 mod gpu_case;
-use deltaspec::backend::Backend;
 use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
-use deltaspec::tensor::DType;
-use gpu_case::{B, Case, check, gpu_with};
+use deltaspec::backend::{self, Backend, HostData};
+use deltaspec::tensor::{DType, quant};
+use gpu_case::{B, Case, check, gpu_with, rel_err, run_on};
 
 /// The 27B files' types first, then a `dq4` type and the plain floats.
 const TYPES: &[DType] = &[
@@ -131,4 +132,164 @@ fn fused_projections_and_swiglu() {
     let c = step_like(1);
     check(&mut plain, &c, 1e-4, "unfused step N=1");
     assert_eq!(dispatches(&mut plain, &c), 15);
+}
+
+/// Types with an int8-activation GEMV item.
+const INT8_TYPES: &[DType] = &[
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Iq4Xs,
+];
+
+/// The backend with int8 activations, with subgroup reductions and without.
+fn int8_gpus(fusion: bool) -> Vec<(WgpuBackend, &'static str)> {
+    let mut v = Vec::new();
+    for (no_sg, label) in [(false, "subgroups"), (true, "workgroup memory")] {
+        if let Some(g) = gpu_with(WgpuOptions {
+            no_subgroups: no_sg,
+            no_fusion: !fusion,
+            int8_matmul: Some(true),
+            ..Default::default()
+        }) {
+            v.push((g, label));
+        }
+    }
+    v
+}
+
+/// `c` with every f32 input replaced by what the int8 path sees (`q8_activation_roundtrip`).
+fn roundtripped(c: &Case) -> Case {
+    let mut b = B::new(0);
+    b.w = c.w.clone();
+    let inputs = c
+        .inputs
+        .iter()
+        .map(|(n, d)| match d {
+            HostData::F32(v) => (n.clone(), HostData::F32(quant::q8_activation_roundtrip(v))),
+            other => (n.clone(), other.clone()),
+        })
+        .collect();
+    Case {
+        g: c.g.clone(),
+        w: b.w,
+        states: c.states.clone(),
+        inputs,
+    }
+}
+
+/// Output `name` of one run of `c` on `be`.
+fn output(be: &mut dyn Backend, c: &Case, name: &str) -> Vec<f32> {
+    let (outs, _) = run_on(be, c, 1);
+    let (_, t) = outs[0].iter().find(|(n, _)| n == name).unwrap();
+    t.to_f32().unwrap()
+}
+
+#[test]
+fn gemv_int8_matches_the_q8_activation_reference() {
+    // The GPU quantizes x per 32 values; the CPU gets those values as f32, so both compute the
+    // same products and agree to rounding. K: odd multiples of the block (one block, and more
+    // items than every workgroup size takes in one round); N across the GEMV buckets and the
+    // multi-pass widths.
+    let mut cpu = backend::create("cpu").unwrap();
+    for (mut g, label) in int8_gpus(true) {
+        for (i, &t) in INT8_TYPES.iter().enumerate() {
+            let blk = t.block_elems();
+            for k in [blk, blk * if blk == 32 { 45 } else { 17 }] {
+                let mut b = B::new(500 + i as u64 + k as u64);
+                let w = b.weight("w", t, &[13, k], 0.5, 0.0);
+                for n in [1usize, 2, 3, 8, 16, 17] {
+                    let x = b.input(&format!("x{n}"), &[n, k], 1.0);
+                    let y = b.b.matmul(x, w).unwrap();
+                    b.out(&format!("y{n}"), y);
+                }
+                let c = b.case();
+                let (want, _) = run_on(cpu.as_mut(), &roundtripped(&c), 1);
+                let (got, _) = run_on(&mut g, &c, 2);
+                for run in &got {
+                    for ((name, wt), (_, gt)) in want[0].iter().zip(run) {
+                        let e = rel_err(&gt.to_f32().unwrap(), &wt.to_f32().unwrap());
+                        assert!(
+                            e <= 1e-5,
+                            "int8 gemv {t} K={k} {name} ({label}): relative error {e:e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemv_int8_rows_do_not_depend_on_the_batch() {
+    // Lossless speculation needs a verified row to equal the decoded row bit for bit.
+    let k = 256 * 5;
+    for (mut g, label) in int8_gpus(true) {
+        for (i, &t) in INT8_TYPES.iter().enumerate() {
+            let mut b = B::new(700 + i as u64);
+            let w = b.weight("w", t, &[37, k], 0.5, 0.0);
+            let x = b.input("x", &[16, k], 1.0);
+            let y = b.b.matmul(x, w).unwrap();
+            b.out("y", y);
+            let all = b.case();
+            let x16 = match &all.inputs[0].1 {
+                HostData::F32(v) => v.clone(),
+                _ => unreachable!(),
+            };
+            let wide = output(&mut g, &all, "y");
+            for n in [1usize, 3, 8] {
+                let mut b = B::new(0);
+                b.w = all.w.clone();
+                let x = b.input_f32("x", &[n, k], x16[..n * k].to_vec());
+                let wt = b.b.weight("w", t, &[37, k]).unwrap();
+                let y = b.b.matmul(x, wt).unwrap();
+                b.out("y", y);
+                let some = output(&mut g, &b.case(), "y");
+                assert_eq!(some, wide[..n * 37], "{t} N={n} vs 16 ({label})");
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_projections_and_swiglu_int8() {
+    // Fused and unfused int8 dispatches quantize the same values (the folded sigmoid gate is
+    // applied before quantization), so they agree to rounding; against the f32 CPU reference
+    // only to the int8 activation error. Inputs of the first projections are graph inputs:
+    // those match the q8-activation reference tightly.
+    let mut cpu = backend::create("cpu").unwrap();
+    let Some((mut plain, _)) = int8_gpus(false).into_iter().next() else {
+        return;
+    };
+    for (mut g, label) in int8_gpus(true) {
+        for n in [1usize, 3, 8, 16] {
+            let c = step_like(n);
+            let exact = run_on(cpu.as_mut(), &roundtripped(&c), 1).0;
+            let f32_ref = run_on(cpu.as_mut(), &c, 1).0;
+            let fused = run_on(&mut g, &c, 2).0;
+            let unfused = run_on(&mut plain, &c, 1).0;
+            for run in &fused {
+                for (j, (name, t)) in run.iter().enumerate() {
+                    let got = t.to_f32().unwrap();
+                    let ctx = format!("int8 step N={n} {name} ({label})");
+                    let e = rel_err(&got, &unfused[0][j].1.to_f32().unwrap());
+                    assert!(e <= 1e-5, "{ctx}: vs unfused {e:e}");
+                    let e = rel_err(&got, &f32_ref[0][j].1.to_f32().unwrap());
+                    assert!(e <= 5e-2, "{ctx}: vs f32 reference {e:e}");
+                    if ["qkv", "z", "beta", "alpha", "q0", "q1", "k", "v"].contains(&name.as_str())
+                    {
+                        let e = rel_err(&got, &exact[0][j].1.to_f32().unwrap());
+                        assert!(e <= 1e-5, "{ctx}: vs q8 reference {e:e}");
+                    }
+                }
+            }
+            if n <= 8 {
+                // The five fused GEMVs, and x quantized once for [qkv z β α] and [gate up]
+                // (reused), once for down's input and once more for [q k v] (the buffer then
+                // holds down's input); o is F16 (f32 activations, gate folded).
+                assert_eq!(dispatches(&mut g, &c), 8, "N={n} ({label})");
+            }
+        }
+    }
 }

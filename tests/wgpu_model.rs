@@ -12,9 +12,13 @@ use deltaspec::model::qwen35::{GraphOptions, LogitRows};
 use deltaspec::model::{LayerKind, Qwen35, Session, synth};
 use std::path::Path;
 
-fn wgpu() -> Option<Box<dyn Backend>> {
-    match backend::create("wgpu") {
-        Ok(b) => Some(b),
+/// The wgpu backend with f32 activations (strict comparisons) or int8 activations.
+fn wgpu(int8: bool) -> Option<Box<dyn Backend>> {
+    match WgpuBackend::with_options(WgpuOptions {
+        int8_matmul: Some(int8),
+        ..Default::default()
+    }) {
+        Ok(b) => Some(Box::new(b)),
         Err(e) => {
             eprintln!("skipped: no wgpu adapter ({e})");
             None
@@ -35,7 +39,12 @@ fn argmax(v: &[f32]) -> usize {
 /// Prefill `prompt` with every logits row, then greedy-decode `steps` tokens, on both
 /// backends; logits within `tol` and the same argmax at every row.
 fn compare(m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
-    let Some(mut gpu) = wgpu() else { return };
+    compare_on(false, m, prompt, steps, tol, label)
+}
+
+/// [`compare`] with int8 activations on wgpu (`int8`).
+fn compare_on(int8: bool, m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
+    let Some(mut gpu) = wgpu(int8) else { return };
     let mut cpu = backend::create("cpu").unwrap();
     let ctx = 64;
     let mut a = Session::new(m, cpu.as_mut(), ctx).unwrap();
@@ -55,7 +64,7 @@ fn compare(m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
         .zip(got.logits.chunks(vocab))
         .enumerate()
     {
-        assert_eq!(argmax(w), argmax(g), "{label}: prefill row {r} argmax");
+        same_top(int8, w, g, &format!("{label}: prefill row {r}"));
     }
     eprintln!("{label}: prefill T={} rel err {e:e}", prompt.len());
     let last = GraphOptions {
@@ -72,10 +81,38 @@ fn compare(m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
             e <= tol,
             "{label}: decode step {step} logits relative error {e:e}"
         );
-        assert_eq!(w.argmax, g.argmax, "{label}: decode step {step} argmax");
+        same_top(
+            int8,
+            &w.logits,
+            &g.logits,
+            &format!("{label}: decode step {step}"),
+        );
+        if !int8 {
+            assert_eq!(w.argmax, g.argmax, "{label}: decode step {step} argmax");
+        }
         eprintln!("{label}: decode step {step} rel err {e:e}");
         tok = w.argmax[0];
     }
+}
+
+/// The same argmax in `want` and `got`; with int8 activations (`near_ties`) a different one
+/// only where the reference's two candidates lie within the row's largest logit error of each
+/// other (a near tie the activation rounding may flip; the random tiny models have many).
+fn same_top(near_ties: bool, want: &[f32], got: &[f32], label: &str) {
+    let (aw, ag) = (argmax(want), argmax(got));
+    if aw == ag {
+        return;
+    }
+    let err = want
+        .iter()
+        .zip(got)
+        .fold(0.0f32, |m, (w, g)| m.max((w - g).abs()));
+    let gap = want[aw] - want[ag];
+    assert!(
+        near_ties && gap <= 2.0 * err,
+        "{label}: argmax {ag}, want {aw} (reference gap {gap:e}, largest logit error {err:e})"
+    );
+    eprintln!("{label}: near tie {aw}/{ag} flipped (gap {gap:e} ≤ 2 · {err:e})");
 }
 
 fn synth_model(recipe: synth::Recipe, seed: u64) -> Qwen35 {
@@ -105,6 +142,20 @@ fn synthetic_tiny_q4_k_m_and_iq4_xs() {
 }
 
 #[test]
+fn synthetic_tiny_models_with_int8_activations() {
+    // Int8 activations change every matmul input by up to half a quantization step: logits
+    // stay within 5e-2 of the f32 CPU reference and the greedy tokens agree.
+    for (recipe, seed) in [
+        (synth::Recipe::Q8_0, 1),
+        (synth::Recipe::Q4KM, 2),
+        (synth::Recipe::Iq4Xs, 3),
+    ] {
+        let m = synth_model(recipe, seed);
+        compare_on(true, &m, &PROMPT, 3, 5e-2, &format!("tiny {recipe:?} int8"));
+    }
+}
+
+#[test]
 fn hf_fixture_model() {
     let path = fixtures().join("models/tiny-b/model-f32.gguf");
     if !Path::new(&path).exists() {
@@ -128,6 +179,7 @@ fn decode_step_dispatch_count() {
     let count = |no_fusion: bool| -> Option<usize> {
         let mut gpu = match WgpuBackend::with_options(WgpuOptions {
             no_fusion,
+            int8_matmul: Some(false),
             ..Default::default()
         }) {
             Ok(g) => g,

@@ -216,7 +216,7 @@ pub fn profile_key(g: &Graph, node: &crate::graph::Node) -> String {
 }
 
 /// Names accepted by [`create`].
-pub const BACKENDS: &[&str] = &["cpu", "wgpu", "hip", "hip:rocm", "hip:cuda"];
+pub const BACKENDS: &[&str] = &["cpu", "wgpu", "wgpu:f32", "hip", "hip:rocm", "hip:cuda"];
 
 /// Creates a backend by name (`cpu`, …).
 pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
@@ -236,6 +236,13 @@ pub fn create(name: &str) -> Result<Box<dyn Backend>, BackendError> {
                 })
         }
         "wgpu" => Ok(Box::new(wgpu::WgpuBackend::new()?)),
+        // f32 activations whatever DELTASPEC_WGPU_MATMUL says (strict comparisons).
+        "wgpu:f32" => Ok(Box::new(wgpu::WgpuBackend::with_options(
+            wgpu::WgpuOptions {
+                int8_matmul: Some(false),
+                ..Default::default()
+            },
+        )?)),
         other => Err(BackendError::Unknown(
             other.to_string(),
             BACKENDS.join(", "),

@@ -10,8 +10,10 @@ use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
 pub fn gpu_with(opts: WgpuOptions) -> Option<WgpuBackend> {
+    // Strict comparisons use f32 activations unless a test asks for int8.
     match WgpuBackend::with_options(WgpuOptions {
         poison: true,
+        int8_matmul: Some(opts.int8_matmul.unwrap_or(false)),
         ..opts
     }) {
         Ok(b) => Some(b),

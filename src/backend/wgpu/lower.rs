@@ -104,6 +104,20 @@ pub struct Caps {
     pub max_storage: u32,
     /// Whether to fuse (see [`fuse`]).
     pub fusion: bool,
+    /// Int8 activations for matmuls of at most [`shaders::INT8_MAX_N`] rows over
+    /// [`shaders::INT8_TYPES`] weights (see `shaders/quantize.wgsl`).
+    pub int8: bool,
+}
+
+/// The quantized-activation buffers (one pair per executable, sized for its widest use) and
+/// what they hold at the current point of the dispatch list.
+#[derive(Clone, Copy)]
+pub(super) struct Q8Buf {
+    /// Scratch indices: packed int8 values, per-block (scale, scaled sum).
+    pub xq: usize,
+    pub xd: usize,
+    /// `(x root, gate root, N, K)` quantized by the latest quantize dispatch.
+    pub holds: Option<(TensorId, Option<TensorId>, usize, usize)>,
 }
 
 pub(super) struct Ctx<'g> {
@@ -111,6 +125,8 @@ pub(super) struct Ctx<'g> {
     plan: &'g Plan,
     max_binding: u64,
     pub subgroups: bool,
+    pub int8: bool,
+    pub q8: Option<Q8Buf>,
     pub fusion: Fusion,
     /// Label of the node being lowered.
     label: String,
@@ -232,9 +248,28 @@ impl Ctx<'_> {
         Ok((w.parts[0].0, w.dtype))
     }
 
-    fn scratch(&mut self, bytes: usize) -> Res {
+    pub(super) fn scratch(&mut self, bytes: usize) -> Res {
+        Res::Scratch(self.scratch_index(bytes))
+    }
+
+    pub(super) fn scratch_index(&mut self, bytes: usize) -> usize {
         self.out.scratch.push(bytes.max(16) as u64);
-        Res::Scratch(self.out.scratch.len() - 1)
+        self.out.scratch.len() - 1
+    }
+
+    /// Runs `f` with the label of the node being lowered extended by `what`.
+    pub(super) fn labelled<T>(&mut self, what: &str, f: impl FnOnce(&mut Self) -> T) -> T {
+        let saved = std::mem::take(&mut self.label);
+        self.label = format!("{saved} {what}");
+        let r = f(self);
+        self.label = saved;
+        r
+    }
+
+    /// Grows scratch buffer `i` to at least `bytes`.
+    pub(super) fn grow_scratch(&mut self, i: usize, bytes: usize) {
+        let b = &mut self.out.scratch[i];
+        *b = (*b).max(bytes as u64);
     }
 
     pub(super) fn step(
@@ -681,6 +716,8 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         plan,
         max_binding: caps.max_binding,
         subgroups: caps.subgroups,
+        int8: caps.int8,
+        q8: None,
         fusion,
         label: String::new(),
         out: Lowered::default(),

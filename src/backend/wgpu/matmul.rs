@@ -1,11 +1,21 @@
 //! Lowering of `MatMul`: the GEMV kernel for decode and verify widths (alone, or one dispatch
-//! for a fused group, see [`super::fuse`]) and the tiled kernel beyond.
+//! for a fused group, see [`super::fuse`]) and the tiled kernel beyond. With int8 activations
+//! (`Caps::int8`) a quantize dispatch precedes the GEMV, skipped when the latest one already
+//! quantized the same tensor (the projections of one x that are not fused).
 
-use super::lower::{Ctx, Res, p, unsupported};
-use super::shaders::{self, GEMV_BUCKETS};
+use super::lower::{Ctx, Q8Buf, Res, p, unsupported};
+use super::shaders::{self, GEMV_BUCKETS, INT8_MAX_N, INT8_TYPES, ShaderKey};
 use crate::backend::BackendError;
-use crate::graph::{Graph, Op};
+use crate::graph::{Graph, Op, TensorId, TensorKind};
 use crate::tensor::DType;
+
+/// A GEMV's activations: buffers and the tensors they hold (x and a folded sigmoid gate).
+#[derive(Clone, Copy)]
+struct Src {
+    x: Res,
+    gate: Option<Res>,
+    ids: (TensorId, Option<TensorId>),
+}
 
 /// One weight of a GEMV dispatch and where its rows go.
 struct Seg {
@@ -21,10 +31,55 @@ fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
 }
 
 impl Ctx<'_> {
-    /// One GEMV dispatch over `segs` (all of type `t`, rows of `rb` bytes, K = `k`) for `n`
-    /// input rows; `pair`: segs are gate and up and the output is silu(gate) · up.
-    /// `gate`: x is read as `x · sigmoid(gate)` (a folded `SigmoidMul`); `split`: segment 0's
-    /// second halves go to this output, `(period, half)` (see matmul.wgsl).
+    /// Whether a matmul of `n` rows over K = `k` takes the int8-activation path.
+    fn int8_applies(&self, t: DType, n: usize, k: usize) -> bool {
+        self.int8 && INT8_TYPES.contains(&t) && k.is_multiple_of(32) && n <= INT8_MAX_N
+    }
+
+    /// Quantizes `src` (N = `n`, K = `k`) into the int8 buffers unless they hold it already:
+    /// `(packed values, scales)`.
+    fn quantize(
+        &mut self,
+        op: &Op,
+        src: Src,
+        n: usize,
+        k: usize,
+    ) -> Result<(Res, Res), BackendError> {
+        let blocks = n * k / 32;
+        let mut q = match self.q8 {
+            Some(q) => q,
+            None => Q8Buf {
+                xq: self.scratch_index(0),
+                xd: self.scratch_index(0),
+                holds: None,
+            },
+        };
+        self.grow_scratch(q.xq, n * k);
+        self.grow_scratch(q.xd, blocks * 8);
+        let (xq, xd) = (Res::Scratch(q.xq), Res::Scratch(q.xd));
+        let key = (src.ids.0, src.ids.1, n, k);
+        // Node outputs and inputs are written once per run; a state may change in between.
+        let stable = |id: TensorId| self.g.tensor(id).kind != TensorKind::State;
+        let fresh = q.holds == Some(key) && stable(src.ids.0) && src.ids.1.is_none_or(stable);
+        if !fresh {
+            let (groups, gx) = super::lower::grid(blocks.div_ceil(64));
+            let mut binds = vec![src.x];
+            binds.extend(src.gate);
+            binds.extend([xq, xd]);
+            let sk = ShaderKey::new("quantize").flag_if(src.gate.is_some(), "XGATE");
+            let params = p(&[u(op, blocks)?, gx * 64]);
+            self.labelled("quantize", |cx| cx.step(sk, params, binds, groups));
+            q.holds = Some(key);
+        }
+        self.q8 = Some(q);
+        Ok((xq, xd))
+    }
+
+    /// One GEMV over `segs` (all of type `t`, rows of `rb` bytes, K = `k`) for `n` input rows:
+    /// one dispatch, or with int8 activations a quantize dispatch and one GEMV per
+    /// [`GEMV_BUCKETS`]-wide pass. `pair`: segs are gate and up and the output is
+    /// silu(gate) · up. `src.gate`: x is read as `x · sigmoid(gate)` (a folded `SigmoidMul`);
+    /// `split`: segment 0's second halves go to this output, `(period, half)` (see matmul.wgsl).
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -33,11 +88,51 @@ impl Ctx<'_> {
         n: usize,
         k: usize,
         rb: usize,
-        x: Res,
-        gate: Option<Res>,
+        src: Src,
         segs: &[Seg],
         pair: bool,
         split: Option<(Res, usize, usize)>,
+    ) -> Result<(), BackendError> {
+        let widest = *GEMV_BUCKETS.last().expect("buckets") as usize;
+        if !self.int8_applies(t, n, k) {
+            let x = vec![src.x];
+            let x = x.into_iter().chain(src.gate).collect();
+            return self.gemv_pass(op, t, n, k, rb, x, segs, pair, split, None);
+        }
+        let (xq, xd) = self.quantize(op, src, n, k)?;
+        for n0 in (0..n).step_by(widest) {
+            let rows = (n - n0).min(widest);
+            self.gemv_pass(
+                op,
+                t,
+                rows,
+                k,
+                rb,
+                vec![xq, xd],
+                segs,
+                pair,
+                split,
+                Some(n0),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// One GEMV dispatch reading activations `x` (x and gate, or with `n0` int8 rows
+    /// `n0 .. n0 + n` of the quantized buffers).
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_pass(
+        &mut self,
+        op: &Op,
+        t: DType,
+        n: usize,
+        k: usize,
+        rb: usize,
+        x: Vec<Res>,
+        segs: &[Seg],
+        pair: bool,
+        split: Option<(Res, usize, usize)>,
+        n0: Option<usize>,
     ) -> Result<(), BackendError> {
         let items = k / shaders::item_elems(t);
         let shape = shaders::gemv_shape(n, items);
@@ -62,10 +157,14 @@ impl Ctx<'_> {
             params.resize(20, 0);
             params.extend([u(op, per)?, u(op, half)?]);
         }
+        if let Some(n0) = n0 {
+            params.resize(22, 0);
+            params.push(u(op, n0)?);
+        }
         let (groups, gx) = super::lower::grid(first);
         params[3] = gx;
-        let mut binds = vec![x];
-        binds.extend(gate);
+        let gate = x.len() == 2 && n0.is_none();
+        let mut binds = x;
         binds.extend(segs.iter().map(|s| s.w));
         if pair {
             binds.push(segs[0].y);
@@ -82,8 +181,9 @@ impl Ctx<'_> {
             pair,
         );
         let key = key
-            .flag_if(gate.is_some(), "XGATE")
-            .flag_if(split.is_some(), "SPLIT");
+            .flag_if(gate, "XGATE")
+            .flag_if(split.is_some(), "SPLIT")
+            .flag_if(n0.is_some(), "Q8");
         self.step(key, p(&params), binds, groups);
         Ok(())
     }
@@ -98,15 +198,24 @@ impl Ctx<'_> {
         let m = g.tensor(nd.inputs[1]).shape[0];
         let w = self.woperand(op, nd.inputs[1])?;
         // A folded gate: read the SigmoidMul's operands instead of its (unwritten) product.
-        let (x, gate) = match self.fusion.gate_of[node] {
+        let src = match self.fusion.gate_of[node] {
             Some(s) => {
                 let si = g.nodes[s].inputs.clone();
-                (self.res(si[0]), Some(self.res(si[1])))
+                Src {
+                    x: self.res(si[0]),
+                    gate: Some(self.res(si[1])),
+                    ids: (g.storage_root(si[0]), Some(g.storage_root(si[1]))),
+                }
             }
-            None => (self.res(nd.inputs[0]), None),
+            None => Src {
+                x: self.res(nd.inputs[0]),
+                gate: None,
+                ids: (g.storage_root(nd.inputs[0]), None),
+            },
         };
         let y = self.res(nd.outputs[0]);
-        let gemv = n <= *GEMV_BUCKETS.last().expect("buckets") as usize;
+        let gemv = n <= *GEMV_BUCKETS.last().expect("buckets") as usize
+            || self.int8_applies(w.dtype, n, k);
         for (r, first, rows) in w.parts {
             if gemv {
                 let seg = Seg {
@@ -116,7 +225,7 @@ impl Ctx<'_> {
                     col_off: first,
                     y,
                 };
-                self.gemv(op, w.dtype, n, k, w.row_bytes, x, gate, &[seg], false, None)?;
+                self.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], false, None)?;
             } else {
                 let tn = shaders::tile_n(n);
                 let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn as usize))?);
@@ -136,7 +245,7 @@ impl Ctx<'_> {
                         u(op, m)?,
                         u(op, first)?,
                     ]),
-                    vec![x, r, y],
+                    vec![src.x, r, y],
                     [gx, gy, 1],
                 );
             }
@@ -152,7 +261,11 @@ impl Ctx<'_> {
         let op = &first.op;
         let xs = g.tensor(first.inputs[0]).shape.clone();
         let (n, k) = (xs[0], xs[1]);
-        let x = self.res(first.inputs[0]);
+        let src = Src {
+            x: self.res(first.inputs[0]),
+            gate: None,
+            ids: (g.storage_root(first.inputs[0]), None),
+        };
         let mut segs = Vec::new();
         let mut dtype = DType::F32;
         let mut rb = 0;
@@ -183,17 +296,6 @@ impl Ctx<'_> {
             segs[0].ldy = g.tensor(out_a).numel() / n;
             split = Some((self.res(g.nodes[b].outputs[0]), per, per / 2));
         }
-        self.gemv(
-            op,
-            dtype,
-            n,
-            k,
-            rb,
-            x,
-            None,
-            &segs,
-            grp.swiglu.is_some(),
-            split,
-        )
+        self.gemv(op, dtype, n, k, rb, src, &segs, grp.swiglu.is_some(), split)
     }
 }

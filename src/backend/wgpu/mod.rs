@@ -54,6 +54,22 @@ pub struct WgpuOptions {
     pub no_subgroups: bool,
     /// One dispatch per node, no fused groups (also `DELTASPEC_WGPU_NO_FUSION=1`).
     pub no_fusion: bool,
+    /// Int8 activations for matmuls of at most 64 rows over Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights
+    /// (integer dot products, as llama.cpp and the hip backend do); off: f32 activations, which
+    /// agree with the CPU reference to rounding. `None`: on unless `DELTASPEC_WGPU_MATMUL=f32`.
+    pub int8_matmul: Option<bool>,
+}
+
+impl WgpuOptions {
+    /// Whether matmuls use int8 activations (the option, else the environment).
+    pub fn int8(&self) -> bool {
+        self.int8_matmul.unwrap_or_else(|| {
+            !matches!(
+                std::env::var("DELTASPEC_WGPU_MATMUL").as_deref(),
+                Ok("f32") | Ok("exact")
+            )
+        })
+    }
 }
 
 struct Pipe {
@@ -156,6 +172,16 @@ impl WgpuBackend {
             states: Vec::new(),
             execs: Vec::new(),
         })
+    }
+
+    /// Turns int8 activations on or off for graphs compiled from now on (tests).
+    pub fn set_int8_matmul(&mut self, on: bool) {
+        self.opts.int8_matmul = Some(on);
+    }
+
+    /// Whether graphs compiled now use int8 activations (see [`WgpuOptions::int8_matmul`]).
+    pub fn int8_matmul(&self) -> bool {
+        self.opts.int8()
     }
 
     /// Whether kernels use subgroup operations on this device.
@@ -648,6 +674,7 @@ impl Backend for WgpuBackend {
             max_storage: self.gpu.limits.max_storage_buffers_per_shader_stage,
             fusion: !self.opts.no_fusion
                 && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),
+            int8: self.opts.int8(),
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

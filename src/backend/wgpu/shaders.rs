@@ -5,7 +5,8 @@
 //! (nestable) select text by flag; `//#dequant NAME` splices the decoder of the type bound to
 //! the `array<u32>` buffer `NAME` (functions `NAME_dq4(row_byte_offset, element)`,
 //! `NAME_dq1(element)` and the GEMV work item `NAME_item`). Every decoder is written once in
-//! `shaders/dequant.wgsl`. `@binding(#)` numbers a binding after the previous one, so flags
+//! `shaders/dequant.wgsl`. `//#dequant8 NAME` adds the int8 work item `NAME_qitem` (section
+//! "<type> q8", for [`INT8_TYPES`]). `@binding(#)` numbers a binding after the previous one, so flags
 //! may add or drop bindings and the numbering stays dense. The generator prepends the params
 //! uniform and the constants.
 
@@ -32,6 +33,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("select", include_str!("../../../shaders/select.wgsl")),
     ("dflash2", include_str!("../../../shaders/dflash2.wgsl")),
+    ("quantize", include_str!("../../../shaders/quantize.wgsl")),
 ];
 
 /// Templates whose kernels write every workgroup-memory word before reading it: their
@@ -58,6 +60,20 @@ pub const WEIGHT_TYPES: &[DType] = &[
     DType::Iq4Nl,
     DType::Iq4Xs,
 ];
+
+/// Weight types with an int8-activation GEMV item (section "<type> q8" of dequant.wgsl).
+pub const INT8_TYPES: &[DType] = &[
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::Iq4Xs,
+];
+
+/// Widest input the int8 path takes (as hip: verify widths up to 64 rows use the same kernels
+/// as decode, so a verified row equals the decoded row bit for bit). Inputs wider than the
+/// largest GEMV bucket run as several GEMV dispatches over one quantization.
+pub const INT8_MAX_N: usize = 64;
 
 /// Number of u32 params each dispatch gets (`pu(i)`, `pf(i)` in the kernels).
 pub const PARAMS: usize = 32;
@@ -114,6 +130,17 @@ fn dequant_section(name: &str) -> Option<&'static str> {
     let rest = &DEQUANT[start..];
     let end = rest.find("\n//! ").map(|e| e + 1).unwrap_or(rest.len());
     Some(&rest[..end])
+}
+
+/// The int8 work item of type `t` (section "<type> q8") for `buffer`.
+fn splice_dequant8(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
+    if !INT8_TYPES.contains(&t) {
+        return Err(format!("no int8 work item for {t}"));
+    }
+    let body = dequant_section(&format!("{} q8", t.name()))
+        .ok_or_else(|| format!("dequant.wgsl lacks '{} q8'", t.name()))?;
+    out.push_str(&body.replace("$W", buffer).replace("$F", buffer));
+    Ok(())
 }
 
 fn splice_dequant(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
@@ -179,7 +206,11 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
             stack
                 .pop()
                 .ok_or_else(|| format!("{}:{}: #endif without #if", key.file, ln + 1))?;
-        } else if let Some(buf) = t.strip_prefix("//#dequant ") {
+        } else if let Some((int8, buf)) = t
+            .strip_prefix("//#dequant ")
+            .map(|b| (false, b))
+            .or_else(|| t.strip_prefix("//#dequant8 ").map(|b| (true, b)))
+        {
             if active(&stack) {
                 let buf = buf.trim();
                 let (_, ty) = key
@@ -187,7 +218,11 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                     .iter()
                     .find(|(b, _)| *b == buf)
                     .ok_or_else(|| format!("{}: no weight type given for {buf}", key.file))?;
-                splice_dequant(buf, *ty, &mut out)?;
+                if int8 {
+                    splice_dequant8(buf, *ty, &mut out)?;
+                } else {
+                    splice_dequant(buf, *ty, &mut out)?;
+                }
             }
         } else if active(&stack) {
             if line.contains("@binding(#)") {
@@ -322,6 +357,17 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                 v.push(gemv_key(t, shape, sg, true, 2, true));
                 v.push(gemv_key(t, shape, sg, true, 1, false).flag("XGATE"));
                 v.push(gemv_key(t, shape, sg, true, 3, false).flag("SPLIT"));
+                if INT8_TYPES.contains(&t) {
+                    for segs in 1..=4 {
+                        v.push(gemv_key(t, shape, sg, true, segs, false).flag("Q8"));
+                    }
+                    v.push(gemv_key(t, shape, sg, true, 2, true).flag("Q8"));
+                    v.push(
+                        gemv_key(t, shape, sg, true, 3, false)
+                            .flag("SPLIT")
+                            .flag("Q8"),
+                    );
+                }
             }
         }
         for &tn in TILE_N {
@@ -350,6 +396,8 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     }
     v.push(ShaderKey::new("copy"));
     v.push(ShaderKey::new("copy").flag("BULK"));
+    v.push(ShaderKey::new("quantize"));
+    v.push(ShaderKey::new("quantize").flag("XGATE"));
     v.push(ShaderKey::new("rope"));
     v.push(
         ShaderKey::new("dflash2")
@@ -477,6 +525,14 @@ mod tests {
     fn every_dequant_section_is_reachable() {
         for t in WEIGHT_TYPES {
             assert!(dequant_section(t.name()).is_some(), "{t}");
+        }
+        for t in INT8_TYPES {
+            assert!(
+                dequant_section(&format!("{} q8", t.name())).is_some(),
+                "{t}"
+            );
+            // Every int8 type has 32-value items (one activation block each).
+            assert_eq!(item_elems(*t), 32, "{t}");
         }
     }
 }
