@@ -3,6 +3,9 @@
 //!
 //! `DELTASPEC_BENCH_BACKEND=hip:cuda cargo bench --bench kernels -- matmul/IQ4_XS` (default `cpu`).
 //! Matmul throughput is reported in weight bytes per second: compare with `deltaspec bench bandwidth`.
+//! wgpu takes int8 activations for N ≤ 64 over Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS by default:
+//! `DELTASPEC_BENCH_BACKEND=wgpu:f32` (or `DELTASPEC_WGPU_MATMUL=f32`) measures the f32 path; the
+//! group name says which (`matmul[wgpu (…, int8 activations)]`).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl, WeightStore};

@@ -320,6 +320,8 @@ fn wgpu_tree_ops_match_cpu() {
     use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
     match WgpuBackend::with_options(WgpuOptions {
         poison: true,
+        // Strict comparison: f32 activations.
+        int8_matmul: Some(false),
         ..Default::default()
     }) {
         Ok(mut b) => matches_cpu(&mut b, "wgpu"),

@@ -425,6 +425,9 @@ fn argmax_and_top_k() {
 
 #[test]
 fn create_by_name() {
+    if let Ok(b) = backend::create("wgpu:f32") {
+        assert!(b.name().ends_with("f32 activations)"), "{}", b.name());
+    }
     match backend::create("wgpu") {
         Ok(b) => assert!(b.name().starts_with("wgpu")),
         Err(e) => {

@@ -696,7 +696,8 @@ impl Ctx<'_> {
 pub fn plan(g: &Graph, caps: &Caps) -> (Fusion, Plan) {
     let lim = fuse::Limits {
         max_binding: caps.max_binding,
-        max_storage: caps.max_storage,
+        // The int8 GEMV binds two activation buffers (values, scales) where the f32 one binds x.
+        max_storage: caps.max_storage - u32::from(caps.int8),
         max_rows: *shaders::GEMV_BUCKETS.last().expect("buckets") as usize,
         max_segments: 4,
     };

@@ -500,7 +500,9 @@ impl WgpuBackend {
 
 impl Backend for WgpuBackend {
     fn name(&self) -> String {
-        format!("wgpu ({})", self.gpu.info.name)
+        // The matmul activations too: benchmark reports must say which path they measured.
+        let mm = if self.opts.int8() { "int8" } else { "f32" };
+        format!("wgpu ({}, {mm} activations)", self.gpu.info.name)
     }
 
     fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {

@@ -521,6 +521,58 @@ mod tests {
         assert_eq!(gemv_shape(8, 4096).wg, 256);
     }
 
+    /// `dot4I8Packed` becomes SPIR-V's OpSDot where the device has integer dot products (wgpu
+    /// passes those capabilities when the adapter has VK_KHR_shader_integer_dot_product) and
+    /// naga's shift-and-multiply polyfill where it lacks them: the int8 GEMV needs no feature
+    /// check of its own. Lavapipe runs the OpSDot form (tests/wgpu_gemv.rs).
+    #[test]
+    fn int8_dot_products_lower_with_and_without_the_capability() {
+        use naga::back::spv::{self, Capability};
+        const OP_SDOT: u32 = 4450;
+        for t in INT8_TYPES {
+            let key = gemv_key(*t, gemv_shape(3, 160), false, true, 2, true).flag("Q8");
+            let module = validate(&source(&key).unwrap(), false).unwrap();
+            let info = naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::empty(),
+            )
+            .validate(&module)
+            .unwrap();
+            let base = [Capability::Shader];
+            let dot = [
+                Capability::DotProduct,
+                Capability::DotProductInput4x8BitPacked,
+            ];
+            for with_dot in [false, true] {
+                let caps: naga::FastHashSet<Capability> = base
+                    .iter()
+                    .chain(if with_dot { &dot[..] } else { &[] })
+                    .copied()
+                    .collect();
+                let opts = spv::Options {
+                    lang_version: (1, 3),
+                    capabilities: Some(caps),
+                    ..Default::default()
+                };
+                let words = spv::write_vec(&module, &info, &opts, None)
+                    .unwrap_or_else(|e| panic!("{t} (dot products: {with_dot}): {e}"));
+                // Instructions start after the 5-word header: (word count << 16) | opcode.
+                let mut sdot = 0;
+                let mut i = 5;
+                while i < words.len() {
+                    let n = (words[i] >> 16) as usize;
+                    sdot += usize::from(words[i] & 0xffff == OP_SDOT);
+                    i += n.max(1);
+                }
+                assert_eq!(sdot > 0, with_dot, "{t}: {sdot} OpSDot");
+                if with_dot {
+                    // Two items of 8 words per row pair and input row: at least 8 per item.
+                    assert!(sdot >= 8, "{t}: {sdot} OpSDot");
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_dequant_section_is_reachable() {
         for t in WEIGHT_TYPES {
