@@ -289,7 +289,10 @@ fn main(
             for (var r = 0u; r < R; r++) {
                 let s0 = dot4I8Packed(w[r][0], a.x) + dot4I8Packed(w[r][1], a.y) + dot4I8Packed(w[r][2], a.z) + dot4I8Packed(w[r][3], a.w);
                 let s1 = dot4I8Packed(w[r][4], b.x) + dot4I8Packed(w[r][5], b.y) + dot4I8Packed(w[r][6], b.z) + dot4I8Packed(w[r][7], b.w);
-                acc[r * NT + n] += xd.x * (sc[r].x * f32(s0) + sc[r].y * f32(s1)) + sc[r].z * xd.y;
+                // Explicit fmas, no a·b + c left for the compiler to contract: variants for
+                // different NT and R must round a row's sum the same way (batch invariance).
+                let t = fma(sc[r].x, f32(s0), sc[r].y * f32(s1));
+                acc[r * NT + n] = fma(xd.x, t, fma(sc[r].z, xd.y, acc[r * NT + n]));
             }
         }
     }
