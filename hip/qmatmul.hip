@@ -141,14 +141,17 @@ struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
 };
 
 // 32 values of x → int8 with one scale: one warp per 32-value block, QG_WARPS blocks per CTA.
-KERNEL(QG_THREADS)
-quantize_q8(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS,
-            u32 N, u32 K) {
+// GATE: the value is x · sigmoid(g) (the attention output gate folded in, the same float
+// operations as the sigmoid_mul kernel, so the quantized values are the unfused ones).
+template <bool GATE>
+DEV void quantize_q8_impl(const float* __restrict__ X, const float* __restrict__ G, i8* __restrict__ XQ,
+                          float* __restrict__ XD, float* __restrict__ XS, u32 N, u32 K) {
     const u32 nb = K / 32;
     const u64 b = (u64)bid_x() * QG_WARPS + tid_x() / WARP;  // block index over [N, nb]
     if (b >= (u64)N * nb) return;
     const u32 lane = lane_id();
-    const float x = X[b * 32 + lane];
+    float x = X[b * 32 + lane];
+    if (GATE) x = x * ds_sigmoid(G[b * 32 + lane]);
     const float amax = warp_max(__builtin_fabsf(x));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -161,18 +164,39 @@ quantize_q8(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict_
     }
 }
 
-template <class Q, u32 NT>
-DEV void qgemv(const u8* __restrict__ W, const i8* __restrict__ XQ, const float* __restrict__ XD,
-               const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K, u32 M, u64 row_bytes) {
-    constexpr u32 R = qgemv_rows(NT);
+KERNEL(QG_THREADS)
+quantize_q8(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS,
+            u32 N, u32 K) {
+    quantize_q8_impl<false>(X, nullptr, XQ, XD, XS, N, K);
+}
+
+KERNEL(QG_THREADS)
+quantize_q8_gate(const float* __restrict__ X, const float* __restrict__ G, i8* __restrict__ XQ,
+                 float* __restrict__ XD, float* __restrict__ XS, u32 N, u32 K) {
+    quantize_q8_impl<true>(X, G, XQ, XD, XS, N, K);
+}
+
+// The rows of warp `wi`. Plain (GLU = false): weight rows [wi·R, wi·R + R) of W into Y[N, M].
+// GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
+// together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
+// the result equals matmul → matmul → swiglu bit for bit).
+template <class Q, u32 NT, u32 R, bool GLU>
+DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
+               const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
+               u32 M, u64 row_bytes, u32 wi) {
     constexpr u32 IPB = Q::QK / 32;
+    constexpr u32 RO = GLU ? R / 2 : R;  // output columns per warp
+    static_assert(!GLU || R % 2 == 0, "a GLU warp owns gate/up row pairs");
     const u32 lane = lane_id();
-    const u32 m0 = (bid_x() * QG_WARPS + tid_x() / WARP) * R;
+    const u32 m0 = wi * RO;
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below
     const u32 nb = K / 32;
-    u64 roff[R];
+    const u8* wrow[R];
 #pragma unroll
-    for (u32 r = 0; r < R; ++r) roff[r] = (u64)(m0 + r < M ? m0 + r : M - 1) * row_bytes;
+    for (u32 r = 0; r < R; ++r) {
+        const u32 j = m0 + r % RO;
+        wrow[r] = (GLU && r >= RO ? WU : W) + (u64)(j < M ? j : M - 1) * row_bytes;
+    }
     for (u32 n0 = 0; n0 < N; n0 += NT) {
         u32 xrow[NT];
 #pragma unroll
@@ -186,7 +210,7 @@ DEV void qgemv(const u8* __restrict__ W, const i8* __restrict__ XQ, const float*
             const u64 boff = (u64)(s / IPB) * Q::QB;
             QItem it[R];
 #pragma unroll
-            for (u32 r = 0; r < R; ++r) Q::deq(W + roff[r] + boff, s % IPB, it[r]);
+            for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + boff, s % IPB, it[r]);
 #pragma unroll
             for (u32 t = 0; t < NT; ++t) {
                 const u64 xb = (u64)xrow[t] * nb + s;
@@ -208,27 +232,73 @@ DEV void qgemv(const u8* __restrict__ W, const i8* __restrict__ XQ, const float*
             }
         }
 #pragma unroll
-        for (u32 r = 0; r < R; ++r)
+        for (u32 r = 0; r < RO; ++r)
 #pragma unroll
             for (u32 t = 0; t < NT; ++t) {
                 const float v = warp_sum(acc[r][t]);
-                if (lane == 0 && m0 + r < M && n0 + t < N) Y[(u64)(n0 + t) * M + m0 + r] = v;
+                const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? r + RO : r][t]) : v;
+                if (lane == 0 && m0 + r < M && n0 + t < N) Y[(u64)(n0 + t) * M + m0 + r] = o;
             }
     }
 }
 
-#define DS_QGEMV(name, Q, NT)                                                                       \
-    KERNEL(QG_THREADS)                                                                              \
-    qgemv_##name##_##NT(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
-                        u32 K, u32 M, u64 row_bytes) {                                              \
-        qgemv<Q, NT>(W, XQ, XD, XS, Y, N, K, M, row_bytes);                                         \
+// Up to four matmuls of one quantized input in one launch (a fused group: q/k/v, the DeltaNet
+// projections, gate/up): blocks are dealt to segments by their cumulative block counts, each
+// segment's blocks map to rows exactly as in its own launch (so results are bit-identical).
+// Unused segments have M = 0. The signature is fixed so a captured launch stays valid.
+template <class Q, u32 NT>
+DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
+                   u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
+                   u32 K, u64 row_bytes) {
+    constexpr u32 RPB = qgemv_rows(NT) * QG_WARPS;
+    u32 b = bid_x();
+    const u8* W = W0;
+    float* Y = Y0;
+    u32 M = M0;
+    const u32 b0 = (M0 + RPB - 1) / RPB, b1 = (M1 + RPB - 1) / RPB, b2 = (M2 + RPB - 1) / RPB;
+    if (b >= b0) {
+        b -= b0, W = W1, Y = Y1, M = M1;
+        if (b >= b1) {
+            b -= b1, W = W2, Y = Y2, M = M2;
+            if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
+        }
+    }
+    qgemv<Q, NT, qgemv_rows(NT), false>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,
+                                        b * QG_WARPS + tid_x() / WARP);
+}
+
+#define DS_QGEMV(name, Q, NT)                                                                             \
+    KERNEL(QG_THREADS)                                                                                    \
+    qgemv_##name##_##NT(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N,       \
+                        u32 K, u32 M, u64 row_bytes) {                                                    \
+        qgemv<Q, NT, qgemv_rows(NT), false>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                \
+                                            bid_x() * QG_WARPS + tid_x() / WARP);                         \
+    }                                                                                                     \
+    KERNEL(QG_THREADS)                                                                                    \
+    qgemv4_##name##_##NT(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,    \
+                         float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, \
+                         const float* XS, u32 N, u32 K, u64 row_bytes) {                                  \
+        qgemv_seg<Q, NT>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);    \
+    }
+// The gate/up pair holds two weight rows per warp; tiles up to 8 (a 16-row tile spills on gfx11
+// for Q6_K; at 16 rows the lowering runs gate/up as qgemv4 plus the swiglu kernel instead).
+#define DS_QGEMV_GLU(name, Q, NT)                                                                      \
+    KERNEL(QG_THREADS)                                                                                 \
+    qgemv_glu_##name##_##NT(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS,  \
+                            float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                            \
+        qgemv<Q, NT, 2, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                               \
+                              bid_x() * QG_WARPS + tid_x() / WARP);                                    \
     }
 #define DS_QGEMV_TYPE(name, Q) \
     DS_QGEMV(name, Q, 1)       \
     DS_QGEMV(name, Q, 2)       \
     DS_QGEMV(name, Q, 4)       \
     DS_QGEMV(name, Q, 8)       \
-    DS_QGEMV(name, Q, 16)
+    DS_QGEMV(name, Q, 16)      \
+    DS_QGEMV_GLU(name, Q, 1)   \
+    DS_QGEMV_GLU(name, Q, 2)   \
+    DS_QGEMV_GLU(name, Q, 4)   \
+    DS_QGEMV_GLU(name, Q, 8)
 
 // Every weight type with an integer path: X(name, struct).
 #define DS_FOR_EACH_QTYPE(X) \

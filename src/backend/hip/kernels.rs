@@ -87,6 +87,11 @@ pub const QGEMV_TYPES: &[&str] = &["q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"];
 /// Input rows the int8-activation GEMV accumulates per pass over the weights. A 16-row
 /// verify step is one pass, so each weight item is fetched and decoded once for all rows.
 pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8, 16];
+/// Largest tile of the fused gate/up/SwiGLU kernel `qgemv_glu_*` (`DS_QGEMV_GLU`): two weight rows
+/// per warp at 16 input rows spill on gfx11.
+pub const QGEMV_GLU_MAX_TILE: u32 = 8;
+/// Most segments (weights) of one `qgemv4_*` launch.
+pub const QGEMV_SEGMENTS: usize = 4;
 /// Threads of a `qgemv_*` / `quantize_q8` block (`QG_THREADS`); each warp is independent.
 pub const QGEMV_THREADS: u32 = 128;
 /// Weight rows one warp of `qgemv_*` owns for a tile of `nt` input rows (`qgemv_rows`).
@@ -175,9 +180,14 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         v.push(("matmul", format!("dequant_{ty}")));
     }
     v.push(("qmatmul", "quantize_q8".into()));
+    v.push(("qmatmul", "quantize_q8_gate".into()));
     for ty in QGEMV_TYPES {
         for nt in QGEMV_TILES {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}")));
+            v.push(("qmatmul", format!("qgemv4_{ty}_{nt}")));
+            if *nt <= QGEMV_GLU_MAX_TILE {
+                v.push(("qmatmul", format!("qgemv_glu_{ty}_{nt}")));
+            }
         }
     }
     for n in ["rms_norm", "add_rms_norm", "gated_rms_norm", "l2_norm"] {

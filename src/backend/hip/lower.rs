@@ -40,6 +40,7 @@ pub(super) fn launch(
         return Ok(()); // nothing to do (an empty tensor)
     }
     let f = be.func(source, name)?;
+    be.launches.set(be.launches.get() + 1);
     let mut store: Vec<u64> = args
         .iter()
         .map(|a| match *a {
@@ -57,7 +58,7 @@ pub(super) fn launch(
         .map_err(|e| be.dev_err(format!("{name}: {e}")))
 }
 
-fn blocks(n: u64, per: u64) -> u32 {
+pub(super) fn blocks(n: u64, per: u64) -> u32 {
     n.div_ceil(per).min(u64::from(u32::MAX)) as u32
 }
 
@@ -391,7 +392,7 @@ pub(super) fn node(
                 Arg::U64(row_bytes),
             ];
             if n <= be.gemv_max_n && be.int8_matmul && kernels::QGEMV_TYPES.contains(&suffix) {
-                return qgemv(be, env, node, suffix, n, k, m, row_bytes);
+                return qgemv(be, env, node, suffix, n, k, m, row_bytes, None);
             }
             if n <= be.gemv_max_n {
                 let nt = match n {
@@ -949,11 +950,11 @@ fn attention(
     Ok(())
 }
 
-/// `y = x · wᵀ` with int8 activations: `quantize_q8` writes x's rows to the quantized-activation
-/// buffer (skipped when the previous matmul of this run already quantized the same tensor),
-/// then `qgemv_<type>_<tile>` reads them (see `hip/qmatmul.hip`).
+/// `y = x · wᵀ` with int8 activations: [`quantize_input`], then `qgemv_<type>_<tile>` reads the
+/// quantized rows (see `hip/qmatmul.hip`). `gate`: the folded attention output gate (see
+/// [`quantize_input`]).
 #[allow(clippy::too_many_arguments)]
-fn qgemv(
+pub(super) fn qgemv(
     be: &HipBackend,
     env: &Env<'_>,
     node: &Node,
@@ -962,40 +963,9 @@ fn qgemv(
     k: usize,
     m: usize,
     row_bytes: u64,
+    gate: Option<(TensorId, TensorId)>,
 ) -> Result<(), BackendError> {
-    let x = node.inputs[0];
-    let nb = k / 32;
-    let q_bytes = align256(n * k);
-    let d_bytes = align256(n * nb * 4);
-    let base = be.qscratch(q_bytes + 2 * d_bytes)?;
-    let (xq, xd, xs) = (
-        base,
-        base + q_bytes as DevPtr,
-        base + (q_bytes + d_bytes) as DevPtr,
-    );
-    let root = env.graph.storage_root(x);
-    if be.quantized.get() != Some(root) {
-        launch(
-            be,
-            "qmatmul",
-            "quantize_q8",
-            [
-                blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
-                1,
-                1,
-            ],
-            kernels::QGEMV_THREADS,
-            &[
-                Arg::P(env.ptr(x)),
-                Arg::P(xq),
-                Arg::P(xd),
-                Arg::P(xs),
-                u32_arg(be, &node.op, n)?,
-                u32_arg(be, &node.op, k)?,
-            ],
-        )?;
-        be.quantized.set(Some(root));
-    }
+    let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
     let nt = kernels::qgemv_tile(n);
     let rows_per_block = u64::from(kernels::qgemv_rows(nt) * (kernels::QGEMV_THREADS / 32));
     launch(
@@ -1018,12 +988,63 @@ fn qgemv(
     )
 }
 
+/// Writes the int8 rows of `node`'s activation (input 0, `[n, k]`) to the quantized-activation
+/// buffer and returns its `(XQ, XD, XS)` parts. Skipped when the previous int8 matmul of this
+/// run already quantized the same tensor. `gate = Some((x, g))`: the activation is the
+/// `SigmoidMul` `x · sigmoid(g)` that the fusion plan folded into this matmul (never written
+/// itself), computed inside `quantize_q8_gate`.
+pub(super) fn quantize_input(
+    be: &HipBackend,
+    env: &Env<'_>,
+    node: &Node,
+    gate: Option<(TensorId, TensorId)>,
+    n: usize,
+    k: usize,
+) -> Result<[DevPtr; 3], BackendError> {
+    let x = node.inputs[0];
+    let nb = k / 32;
+    let q_bytes = align256(n * k);
+    let d_bytes = align256(n * nb * 4);
+    let base = be.qscratch(q_bytes + 2 * d_bytes)?;
+    let (xq, xd, xs) = (
+        base,
+        base + q_bytes as DevPtr,
+        base + (q_bytes + d_bytes) as DevPtr,
+    );
+    let root = env.graph.storage_root(x);
+    if be.quantized.get() != Some(root) {
+        let grid = [
+            blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
+            1,
+            1,
+        ];
+        let tail = [
+            Arg::P(xq),
+            Arg::P(xd),
+            Arg::P(xs),
+            u32_arg(be, &node.op, n)?,
+            u32_arg(be, &node.op, k)?,
+        ];
+        let (name, mut args) = match gate {
+            None => ("quantize_q8", vec![Arg::P(env.ptr(x))]),
+            Some((gx, gg)) => (
+                "quantize_q8_gate",
+                vec![Arg::P(env.ptr(gx)), Arg::P(env.ptr(gg))],
+            ),
+        };
+        args.extend(tail);
+        launch(be, "qmatmul", name, grid, kernels::QGEMV_THREADS, &args)?;
+        be.quantized.set(Some(root));
+    }
+    Ok([xq, xd, xs])
+}
+
 fn align256(v: usize) -> usize {
     v.div_ceil(256) * 256
 }
 
 /// A size as a 32-bit kernel argument, or an error naming `op`.
-fn u32_arg(be: &HipBackend, op: &Op, v: usize) -> Result<Arg, BackendError> {
+pub(super) fn u32_arg(be: &HipBackend, op: &Op, v: usize) -> Result<Arg, BackendError> {
     u32::try_from(v).map(Arg::U32).map_err(|_| {
         unsupported(
             be,

@@ -14,6 +14,7 @@
 //! `--backend hip` tries AMD then NVIDIA; `hip:rocm` and `hip:cuda` force one.
 
 pub mod driver;
+mod fused;
 mod graphs;
 pub mod kernels;
 mod lower;
@@ -94,6 +95,10 @@ struct Exec {
     consts: HashMap<usize, Buf>,
     /// Weights read as plain f32 values by some node (their f32 views are made before a run).
     f32_weights: Vec<TensorId>,
+    /// Which nodes run fused ([`fused::plan`]).
+    fusion: crate::backend::wgpu::fuse::Fusion,
+    /// Kernel launches of one run (counted and printed once, on its first run in profile mode).
+    launches: Option<u64>,
 }
 
 /// The HIP/CUDA backend. Not `Send`: the driver's stream and context belong to this object.
@@ -125,6 +130,11 @@ pub struct HipBackend {
     /// Set while the node launches of a run are being captured: nothing may then sync or
     /// reallocate a buffer.
     capturing: std::cell::Cell<bool>,
+    /// Fused int8 GEMV launches ([`fused`]); `DELTASPEC_HIP_FUSION=0` turns them off.
+    fusion: bool,
+    /// Kernel launches so far (tests and profile mode count launches per run with it).
+    /// Shared so a test can read it while a session holds the backend.
+    launches: std::rc::Rc<std::cell::Cell<u64>>,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -183,6 +193,8 @@ impl HipBackend {
                 std::env::var("DELTASPEC_HIP_MATMUL").as_deref(),
                 Ok("f32") | Ok("exact")
             ),
+            fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
+            launches: Default::default(),
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -298,6 +310,21 @@ impl HipBackend {
         }
         self.drop_graphs(|_| true);
         Ok(())
+    }
+
+    /// Fused int8 GEMV launches on (the default) or off, for graphs compiled afterwards.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fusion = on;
+    }
+
+    /// Kernel launches issued so far (the difference over one run is that run's launch count).
+    pub fn launches(&self) -> u64 {
+        self.launches.get()
+    }
+
+    /// The launch counter itself, readable while a session borrows the backend.
+    pub fn launch_counter(&self) -> std::rc::Rc<std::cell::Cell<u64>> {
+        self.launches.clone()
     }
 
     fn load_module_for(&self, target: &str, source: &str) -> Result<Handle, String> {
@@ -420,14 +447,15 @@ impl HipBackend {
     /// Launches every node of a run in order (`profiling`: timed one by one, synced around each).
     fn launch_nodes(&self, env: &lower::Env, profiling: bool) -> Result<(), BackendError> {
         self.quantized.set(None);
+        let fusion = &env.ex.fusion;
         for (i, node) in env.graph.nodes.iter().enumerate() {
             if !profiling {
-                lower::node(self, env, i, node)?;
+                fused::node(self, env, fusion, i, node)?;
                 continue;
             }
             self.drv.sync().map_err(|e| self.dev_err(e))?;
             let t = std::time::Instant::now();
-            lower::node(self, env, i, node)?;
+            fused::node(self, env, fusion, i, node)?;
             self.drv.sync().map_err(|e| self.dev_err(e))?;
             crate::backend::profile::record(
                 crate::backend::profile_key(env.graph, node),
@@ -660,7 +688,8 @@ impl Backend for HipBackend {
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
         graph.validate()?;
         lower::check_supported(self, graph)?;
-        let plan = Plan::new(graph);
+        let fusion = fused::plan(self, graph);
+        let plan = Plan::with_uses(graph, &fused::extra_uses(graph, &fusion));
         let mut slot_offset = Vec::with_capacity(plan.slot_bytes.len());
         let mut total = 0usize;
         for b in &plan.slot_bytes {
@@ -703,6 +732,8 @@ impl Backend for HipBackend {
             inputs,
             consts,
             f32_weights,
+            fusion,
+            launches: None,
         });
         Ok(ExecId(self.execs.len() as u32 - 1))
     }
@@ -766,6 +797,8 @@ impl Backend for HipBackend {
             bound: &bound,
         };
         let profiling = crate::backend::profile::enabled();
+        // Launches issued by this run (a replayed graph issues none; profiling never replays).
+        let launched = self.launches.get();
         // Per-node timing syncs between nodes, which a captured graph cannot do.
         let plan = if !profiling && self.graphs_active() {
             let key = graphs::Key {
@@ -817,6 +850,16 @@ impl Backend for HipBackend {
         }
         // Surfaces launch failures even for graphs without device-resident outputs.
         self.drv.sync().map_err(|e| self.dev_err(e))?;
+        let n = self.launches.get() - launched;
+        if profiling && self.execs[ei].launches.is_none() {
+            // Graph capture is off while profiling, so every launch went through `launch`.
+            eprintln!(
+                "hip: graph {ei} ({} nodes): {n} kernel launches per run{}",
+                graph.nodes.len(),
+                if self.fusion { "" } else { " (fusion off)" }
+            );
+            self.execs[ei].launches = Some(n);
+        }
         Ok(outs)
     }
 

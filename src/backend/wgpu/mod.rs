@@ -9,7 +9,7 @@
 //!   outputs into a staging buffer, submits once and reads back only the outputs.
 
 mod device;
-mod fuse;
+pub(crate) mod fuse;
 pub mod lower;
 mod matmul;
 pub mod shaders;

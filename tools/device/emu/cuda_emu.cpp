@@ -56,13 +56,14 @@ Entry entry(const char* name, void (*f)(A...)) {
 }
 
 #define K(name) entry(#name, &name),
-#define QM(ty, Q) K(qgemv_##ty##_1) K(qgemv_##ty##_2) K(qgemv_##ty##_4) K(qgemv_##ty##_8) K(qgemv_##ty##_16)
+#define QT(ty, NT) K(qgemv_##ty##_##NT) K(qgemv4_##ty##_##NT) K(qgemv_glu_##ty##_##NT)
+#define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
         DS_FOR_EACH_WTYPE(MM)                                                      //
-        DS_FOR_EACH_QTYPE(QM) K(quantize_q8)                                       //
+        DS_FOR_EACH_QTYPE(QM) K(quantize_q8) K(quantize_q8_gate)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
         K(rope) K(conv_step) K(conv_tree) K(gdn_dk64) K(gdn_dk128) K(gdn_any)      //

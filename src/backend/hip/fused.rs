@@ -1,0 +1,185 @@
+//! Fewer launches per decode/verify step on the int8-activation GEMV path (`hip/qmatmul.hip`).
+//!
+//! The groups are the wgpu backend's ([`fuse::find`]: matmuls of one activation with weights
+//! of one type and row length, a gate/up pair with its `SwiGlu`, the attention output gate
+//! folded into o_proj), kept where every member takes the int8 path here:
+//! - a group runs as one `qgemv4_*` launch over up to four (weight, output, rows) segments,
+//!   after one `quantize_q8`;
+//! - a gate/up pair with its `SwiGlu` runs as one `qgemv_glu_*` launch writing
+//!   `silu(gate) · up` (tiles up to [`kernels::QGEMV_GLU_MAX_TILE`] rows; wider inputs keep the
+//!   `SwiGlu` launch and run gate/up as `qgemv4_*`);
+//! - a folded `SigmoidMul` is computed inside the quantization (`quantize_q8_gate`).
+//!
+//! Every fused kernel does the unfused kernels' float operations on the same values, so fused
+//! and unfused runs agree bit for bit. The `SliceLast` halves wgpu writes directly stay separate
+//! launches here. `DELTASPEC_HIP_FUSION=0` (or [`HipBackend::set_fusion`]) turns fusion off.
+//!
+//! The group runs at its first member, so later outputs are written early; the plan keeps the
+//! buffers that could collide live with [`fuse::extra_uses`] (applied in `compile`).
+
+use super::HipBackend;
+use super::kernels::{self, weight_kernel};
+use super::lower::{self, Arg, Env, blocks, launch, u32_arg};
+use crate::backend::BackendError;
+use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits};
+use crate::graph::{Graph, Node, Op};
+
+pub(super) use fuse::extra_uses;
+
+/// The int8 GEMV of matmul node `i`: `(weight kernel suffix, n, k, m, row bytes)`, if node `i`
+/// is a matmul that takes that path on `be`.
+fn int8_matmul(
+    be: &HipBackend,
+    g: &Graph,
+    i: usize,
+) -> Option<(&'static str, usize, usize, usize, u64)> {
+    let nd = &g.nodes[i];
+    if nd.op != Op::MatMul || !be.int8_matmul {
+        return None;
+    }
+    let (x, w) = (g.tensor(nd.inputs[0]), g.tensor(nd.inputs[1]));
+    let (n, k, m) = (x.shape[0], x.shape[1], w.shape[0]);
+    let suffix = weight_kernel(w.dtype, k)?;
+    let row_bytes = w.dtype.bytes_for(k)? as u64;
+    (n <= be.gemv_max_n && kernels::QGEMV_TYPES.contains(&suffix))
+        .then_some((suffix, n, k, m, row_bytes))
+}
+
+/// The fusion plan of `g` on `be` (no fusion when it is off or the int8 path is off).
+pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
+    let mut f = Fusion::none(g.nodes.len());
+    if !be.fusion || !be.int8_matmul {
+        return f;
+    }
+    let lim = Limits {
+        max_binding: u64::MAX,
+        max_storage: u32::MAX,
+        max_rows: be.gemv_max_n,
+        max_segments: kernels::QGEMV_SEGMENTS,
+    };
+    let found = fuse::find(g, &lim);
+    for grp in found.groups {
+        // Members share dtype, K and the input, so the first decides for all.
+        let Some((_, n, ..)) = int8_matmul(be, g, grp.members[0]) else {
+            continue;
+        };
+        let swiglu = grp
+            .swiglu
+            .filter(|_| kernels::qgemv_tile(n) <= kernels::QGEMV_GLU_MAX_TILE);
+        let gi = f.groups.len();
+        for (k, &m) in grp.members.iter().enumerate() {
+            f.role[m] = Some((gi, k == 0));
+        }
+        if let Some(s) = swiglu {
+            f.role[s] = Some((gi, false));
+        }
+        f.groups.push(Group {
+            members: grp.members,
+            swiglu,
+            split: None,
+        });
+    }
+    for (j, s) in found.gate_of.iter().enumerate() {
+        if let Some(s) = *s
+            && f.role[j].is_none()
+            && int8_matmul(be, g, j).is_some()
+        {
+            f.gate_of[j] = Some(s);
+            f.folded[s] = true;
+        }
+    }
+    f
+}
+
+/// Launches node `i` under the plan `f`: nothing for nodes another launch covers, the fused
+/// launch at a group's first member, else the node's own launches.
+pub(super) fn node(
+    be: &HipBackend,
+    env: &Env,
+    f: &Fusion,
+    i: usize,
+    node: &Node,
+) -> Result<(), BackendError> {
+    if f.folded.get(i) == Some(&true) {
+        return Ok(());
+    }
+    match f.role.get(i).copied().flatten() {
+        Some((_, false)) => return Ok(()),
+        Some((gi, true)) => return group(be, env, &f.groups[gi]),
+        None => {}
+    }
+    if let Some(s) = f.gate_of.get(i).copied().flatten() {
+        let (suffix, n, k, m, row_bytes) =
+            int8_matmul(be, env.graph, i).expect("checked by the plan");
+        let sm = &env.graph.nodes[s];
+        let gate = Some((sm.inputs[0], sm.inputs[1]));
+        return lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate);
+    }
+    lower::node(be, env, i, node)
+}
+
+/// One group: one quantization, then one `qgemv_glu_*` or `qgemv4_*` launch.
+fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
+    let g = env.graph;
+    let first = &g.nodes[grp.members[0]];
+    let (suffix, n, k, _, row_bytes) =
+        int8_matmul(be, g, grp.members[0]).expect("checked by the plan");
+    let [xq, xd, xs] = lower::quantize_input(be, env, first, None, n, k)?;
+    let nt = kernels::qgemv_tile(n);
+    let warps = u64::from(kernels::QGEMV_THREADS / 32);
+    let u = |v: usize| u32_arg(be, &first.op, v);
+    if let Some(s) = grp.swiglu {
+        let up = &g.nodes[grp.members[1]];
+        let m = g.tensor(first.inputs[1]).shape[0];
+        return launch(
+            be,
+            "qmatmul",
+            &format!("qgemv_glu_{suffix}_{nt}"),
+            [blocks(m as u64, warps), 1, 1], // one gate/up row pair per warp
+            kernels::QGEMV_THREADS,
+            &[
+                Arg::P(env.ptr(first.inputs[1])),
+                Arg::P(env.ptr(up.inputs[1])),
+                Arg::P(xq),
+                Arg::P(xd),
+                Arg::P(xs),
+                Arg::P(env.ptr(g.nodes[s].outputs[0])),
+                u(n)?,
+                u(k)?,
+                u(m)?,
+                Arg::U64(row_bytes),
+            ],
+        );
+    }
+    let rows_per_block = u64::from(kernels::qgemv_rows(nt)) * warps;
+    for chunk in grp.members.chunks(kernels::QGEMV_SEGMENTS) {
+        let mut args = Vec::with_capacity(3 * kernels::QGEMV_SEGMENTS + 6);
+        let mut grid = 0u64;
+        for s in 0..kernels::QGEMV_SEGMENTS {
+            match chunk.get(s).map(|&i| &g.nodes[i]) {
+                Some(nd) => {
+                    let m = g.tensor(nd.inputs[1]).shape[0];
+                    grid += u64::from(blocks(m as u64, rows_per_block));
+                    args.extend([
+                        Arg::P(env.ptr(nd.inputs[1])),
+                        Arg::P(env.ptr(nd.outputs[0])),
+                        u(m)?,
+                    ]);
+                }
+                None => args.extend([Arg::P(0), Arg::P(0), Arg::U32(0)]),
+            }
+        }
+        args.extend([Arg::P(xq), Arg::P(xd), Arg::P(xs), u(n)?, u(k)?]);
+        args.push(Arg::U64(row_bytes));
+        let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;
+        launch(
+            be,
+            "qmatmul",
+            &format!("qgemv4_{suffix}_{nt}"),
+            [grid, 1, 1],
+            kernels::QGEMV_THREADS,
+            &args,
+        )?;
+    }
+    Ok(())
+}
