@@ -289,6 +289,17 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
         qgemv<Q, NT, 2, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                               \
                               bid_x() * QG_WARPS + tid_x() / WARP);                                    \
     }
+// A wide variant: R weight rows per warp share each activation load (verify widths spend most
+// of their time loading activations: NT · 40 bytes per 32-value item against ~18 bytes of weights).
+// Every row is accumulated in the same order as in the R = qgemv_rows(NT) kernel, so results are
+// bit-identical. NVIDIA only (its 255-register budget holds R · NT accumulators; gfx11 spills).
+#define DS_QGEMV_WIDE(name, Q, NT, R)                                                                       \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv_##name##_##NT##x##R(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
+                              u32 K, u32 M, u64 row_bytes) {                                                \
+        qgemv<Q, NT, R, false>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                               \
+                               bid_x() * QG_WARPS + tid_x() / WARP);                                        \
+    }
 #define DS_QGEMV_TYPE(name, Q) \
     DS_QGEMV(name, Q, 1)       \
     DS_QGEMV(name, Q, 2)       \
@@ -309,3 +320,12 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
     X(iq4_xs, IIQ4_XS)
 
 DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
+
+#if !defined(__AMDGPU__)
+// Mirrored by kernels::QGEMV_WIDE.
+#define DS_QGEMV_WIDE_TYPE(name, Q) \
+    DS_QGEMV_WIDE(name, Q, 8, 4)    \
+    DS_QGEMV_WIDE(name, Q, 16, 2)   \
+    DS_QGEMV_WIDE(name, Q, 16, 4)
+DS_FOR_EACH_QTYPE(DS_QGEMV_WIDE_TYPE)
+#endif

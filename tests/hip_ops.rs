@@ -324,7 +324,8 @@ fn matmul_int8_rows_do_not_depend_on_the_batch() {
         let wid = g.upload_weights(&w).unwrap();
         let sid = g.alloc_states(&[]).unwrap();
         let x = rng.vec_normal(16 * k, 1.0);
-        let mut run = |n: usize, x: &[f32]| {
+        let mut run = |n: usize, x: &[f32], wide: Option<u32>| {
+            g.set_qgemv_wide_rows(wide);
             let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
             f32s(
                 &g.run(e, wid, sid, &[("x", HostData::F32(x.to_vec()))])
@@ -332,14 +333,26 @@ fn matmul_int8_rows_do_not_depend_on_the_batch() {
                     .1,
             )
         };
-        let all = run(16, &x);
+        let all = run(16, &x, None);
         for n in [1, 3, 8] {
-            let some = run(n, &x[..n * k]);
+            let some = run(n, &x[..n * k], None);
             assert_eq!(
                 some,
                 all[..n * m],
                 "{dtype}: rows of an n={n} batch differ from n=16"
             );
+        }
+        // The wide variants (NVIDIA: several weight rows per warp at 8/16 input rows) give the
+        // same bits; elsewhere the setting falls back to the portable kernel.
+        for wide in [2, 4] {
+            for n in [8, 13, 16] {
+                let some = run(n, &x[..n * k], Some(wide));
+                assert_eq!(
+                    some,
+                    all[..n * m],
+                    "{dtype}: n={n} with {wide} rows per warp differs from the portable kernel"
+                );
+            }
         }
     }
 }

@@ -100,6 +100,16 @@ pub const QGEMV_THREADS: u32 = 128;
 pub fn qgemv_rows(nt: u32) -> u32 {
     if nt >= 16 { 1 } else { 2 }
 }
+/// Wide int8-activation variants `(tile, weight rows per warp)`, named `qgemv_<type>_<nt>x<r>`:
+/// NVIDIA only (PTX targets; they would spill registers on gfx11).
+pub const QGEMV_WIDE: &[(u32, u32)] = &[(8, 4), (16, 2), (16, 4)];
+/// True for kernels only the PTX targets define.
+pub fn ptx_only(name: &str) -> bool {
+    name.starts_with("qgemv_")
+        && QGEMV_WIDE
+            .iter()
+            .any(|(nt, r)| name.ends_with(&format!("_{nt}x{r}")))
+}
 /// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 16.
 pub fn qgemv_tile(n: usize) -> u32 {
     QGEMV_TILES
@@ -188,6 +198,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             if *nt <= QGEMV_GLU_MAX_TILE {
                 v.push(("qmatmul", format!("qgemv_glu_{ty}_{nt}")));
             }
+        }
+        for (nt, r) in QGEMV_WIDE {
+            v.push(("qmatmul", format!("qgemv_{ty}_{nt}x{r}")));
         }
     }
     for n in ["rms_norm", "add_rms_norm", "gated_rms_norm", "l2_norm"] {

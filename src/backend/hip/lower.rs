@@ -967,11 +967,18 @@ pub(super) fn qgemv(
 ) -> Result<(), BackendError> {
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
     let nt = kernels::qgemv_tile(n);
-    let rows_per_block = u64::from(kernels::qgemv_rows(nt) * (kernels::QGEMV_THREADS / 32));
+    let wide = be.qgemv_wide.filter(|r| {
+        be.drv.api() == super::driver::Api::Cuda && kernels::QGEMV_WIDE.contains(&(nt, *r))
+    });
+    let (name, rows) = match wide {
+        Some(r) => (format!("qgemv_{suffix}_{nt}x{r}"), r),
+        None => (format!("qgemv_{suffix}_{nt}"), kernels::qgemv_rows(nt)),
+    };
+    let rows_per_block = u64::from(rows * (kernels::QGEMV_THREADS / 32));
     launch(
         be,
         "qmatmul",
-        &format!("qgemv_{suffix}_{nt}"),
+        &name,
         [blocks(m as u64, rows_per_block), 1, 1],
         kernels::QGEMV_THREADS,
         &[

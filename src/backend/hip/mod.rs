@@ -135,6 +135,10 @@ pub struct HipBackend {
     /// Kernel launches so far (tests and profile mode count launches per run with it).
     /// Shared so a test can read it while a session holds the backend.
     launches: std::rc::Rc<std::cell::Cell<u64>>,
+    /// Weight rows per warp of the int8 GEMV at 8 and 16 input rows, where a wide variant
+    /// exists (NVIDIA only: `kernels::QGEMV_WIDE`); `None` = the portable kernel.
+    /// `DELTASPEC_HIP_QGEMV_ROWS=2|4`.
+    qgemv_wide: Option<u32>,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -195,6 +199,9 @@ impl HipBackend {
             ),
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
             launches: Default::default(),
+            qgemv_wide: std::env::var("DELTASPEC_HIP_QGEMV_ROWS")
+                .ok()
+                .and_then(|v| v.parse().ok()),
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -266,6 +273,13 @@ impl HipBackend {
     /// Largest row count that uses the GEMV path (more rows use the tiled kernel).
     pub fn set_gemv_max_n(&mut self, n: usize) {
         self.gemv_max_n = n;
+        self.drop_graphs(|_| true);
+    }
+
+    /// Weight rows per warp of the int8 GEMV's wide variants at 8/16 input rows (NVIDIA), or
+    /// `None` for the portable kernel; results are bit-identical either way.
+    pub fn set_qgemv_wide_rows(&mut self, rows: Option<u32>) {
+        self.qgemv_wide = rows;
         self.drop_graphs(|_| true);
     }
 

@@ -57,7 +57,8 @@ Entry entry(const char* name, void (*f)(A...)) {
 
 #define K(name) entry(#name, &name),
 #define QT(ty, NT) K(qgemv_##ty##_##NT) K(qgemv4_##ty##_##NT) K(qgemv_glu_##ty##_##NT)
-#define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16)
+#define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16) \
+    K(qgemv_##ty##_8x4) K(qgemv_##ty##_16x2) K(qgemv_##ty##_16x4)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
