@@ -63,7 +63,7 @@ done
 if want tests; then
     export DELTASPEC_REQUIRE_GPU=1 RUST_BACKTRACE=1
     step 30 "$bin/hip_build" --test-threads=1
-    for t in hip_ops tree_ops draft_gpu dflash2_ops spec_tree wgpu_ops wgpu_model wgpu_gemv; do
+    for t in hip_ops hip_graph tree_ops draft_gpu dflash2_ops spec_tree wgpu_ops wgpu_model wgpu_gemv; do
         # cli_* tests run the deltaspec binary from the build tree, which is not there.
         [ -x "$bin/$t" ] && step 120 "$bin/$t" --test-threads=2 --skip cli_
     done
