@@ -8,13 +8,13 @@
 # Optional: llcpp/llama.cpp.tar.xz (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist,
 # repacked without docs/models/tests) is built with CUDA in the background while the GPU runs our
 # steps, then `llama-bench` runs on the same IQ4_XS file. STEPS selects groups
-# (default: "tests hip wgpu draft spec llama").
+# (default: "tests hip wgpu draft spec q8 llama").
 # Every step has its own timeout so one hang cannot eat the call; the log says each exit status.
 set -u
 root="$(pwd)"
 out="${1:-${OUT:-/tmp/deltaspec-out}}"
 work="${WORK:-/tmp/deltaspec-device}"
-steps=" ${STEPS:-tests hip wgpu draft spec llama} "
+steps=" ${STEPS:-tests hip wgpu draft spec q8 llama} "
 bin="$root/carry"
 ds="$bin/deltaspec"
 mkdir -p "$out" "$work"
@@ -63,7 +63,7 @@ done
 if want tests; then
     export DELTASPEC_REQUIRE_GPU=1 RUST_BACKTRACE=1
     step 30 "$bin/hip_build" --test-threads=1
-    for t in hip_ops hip_graph tree_ops draft_gpu dflash2_ops spec_tree wgpu_ops wgpu_model wgpu_gemv; do
+    for t in hip_ops hip_graph hip_fused tree_ops draft_gpu dflash2_ops spec_tree wgpu_ops wgpu_model wgpu_gemv; do
         # cli_* tests run the deltaspec binary from the build tree, which is not there.
         [ -x "$bin/$t" ] && step 120 "$bin/$t" --test-threads=2 --skip cli_
     done
@@ -72,10 +72,17 @@ fi
 
 if want hip; then
     step 60 "$ds" bench bandwidth --backend hip:cuda --mib 2048
-    step 90 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 2048 --json
-    step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 8 --bw-mib 64 --json
-    step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
+    step 90 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 64 --bw-mib 2048 --json
+    step 60 env DELTASPEC_HIP_GRAPHS=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 64 --json
+    step 60 env DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 64 --json
     step 60 env DELTASPEC_HIP_MATMUL=f32 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 32 --bw-mib 64 --json
+    for rows in 8 16; do
+        step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+        for r in 2 4; do
+            step 60 env DELTASPEC_HIP_QGEMV_ROWS=$r "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+            step 60 env DELTASPEC_HIP_FUSION=0 DELTASPEC_HIP_QGEMV_ROWS=$r "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+        done
+    done
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
 fi
@@ -83,6 +90,7 @@ fi
 if want wgpu; then
     step 60 "$ds" bench bandwidth --backend wgpu --mib 2048
     step 120 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
+    step 120 env DELTASPEC_WGPU_MATMUL=f32 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
     step 90 "$ds" bench decode --model "$iq4" --backend wgpu -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend wgpu -n 16 --bw-mib 64
 fi
@@ -100,8 +108,17 @@ if want spec; then
     done
     step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
         --spec adaptive --replay-profile prose -n 64
+    step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
+        --spec chain --replay-profile code -n 64
     step 150 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend wgpu \
         --spec chain --replay-profile code -n 48
+fi
+
+if want q8; then
+    q8="$work/q27-q8.gguf"
+    step 120 "$ds" synth --preset qwen3.8-27b --quant q8_0 --out "$q8"
+    step 60 "$ds" bench decode --model "$q8" --backend hip:cuda -n 48 --bw-mib 64 --json
+    step 90 "$ds" bench decode --model "$q8" --backend wgpu -n 32 --bw-mib 64 --json
 fi
 
 if [ -n "$llama_pid" ]; then
