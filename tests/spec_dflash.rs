@@ -498,6 +498,7 @@ fn dspark_confidence_gate_is_lossless_on_cpu() {
                 ..GateConfig::default()
             },
             print_confidence: true,
+            ..Default::default()
         };
         let model = with_dspark(DFlash::load(&path).unwrap(), m.cfg.vocab);
         let mut d = DFlashDrafter::new(model, &m).unwrap().with_options(&opts);

@@ -15,7 +15,7 @@ pub enum Which {
     Bandwidth(BandwidthArgs),
     /// Speculative vs plain greedy decode from the same prompt in the same run: tok/s of both,
     /// mean accepted length, draft/verify/rollback time split (`--replay-profile`: REPLAY).
-    Spec(super::bench_spec::Args),
+    Spec(Box<super::bench_spec::Args>),
     /// One drafter step vs one verify-sized target step: both times and their ratio.
     Draft(super::bench_draft::Args),
 }

@@ -1,6 +1,7 @@
 //! Drafter options shared by `generate` and `bench spec`: the DSpark confidence gate, its
-//! calibration and the per-round confidence print.
+//! calibration, the per-round confidence print and the feature ring's storage type.
 
+use crate::model::draft::FeatureDtype;
 use crate::spec::confidence::{GateConfig, GateRule};
 use crate::spec::dflash::DrafterOptions;
 use anyhow::bail;
@@ -25,6 +26,9 @@ pub struct DrafterArgs {
     /// Print every round's raw and calibrated DSpark confidences to stderr.
     #[arg(long)]
     pub print_confidence: bool,
+    /// Storage of the drafter's per-sequence feature ring: bf16 (default), f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    pub feature_dtype: String,
 }
 
 impl DrafterArgs {
@@ -43,6 +47,7 @@ impl DrafterArgs {
                 ..GateConfig::default()
             },
             print_confidence: self.print_confidence,
+            feature_dtype: FeatureDtype::parse(&self.feature_dtype).map_err(anyhow::Error::msg)?,
         })
     }
 }

@@ -39,7 +39,7 @@ pub enum Command {
     /// Writes the logits of every input position to a safetensors file (tensor `logits`, f32 [T, vocab]).
     Logits(logits::Args),
     /// Greedy generation.
-    Generate(generate::Args),
+    Generate(Box<generate::Args>),
     /// Lists the backends, whether each runs here, and the embedded kernel targets.
     Backends {
         #[arg(long)]

@@ -8,8 +8,10 @@
 //! Protocol mapping (see [`Drafter`]):
 //! - `commit(tokens, features)`: the committed rows' features are turned into drafter context
 //!   rows ([`context_features`]: the declared `target_layer_ids` concatenated, the target's last
-//!   layer final-normed) and kept on the host as *pending* rows;
-//! - `propose(root)`: one draft graph appends the pending rows to the context caches at their
+//!   layer final-normed) and stored in the per-sequence [`FeatureRing`] (bf16 by default; the
+//!   drafter's window + block rows when every layer is windowed, else the whole sequence);
+//! - `propose(root)`: one draft graph appends the ring's rows not yet in the context caches
+//!   (from the caches' `n_ctx`, or from the ring's oldest row for a windowed drafter) at their
 //!   positions and drafts the block `[root, MASK × (B−1)]` at the root's position (the target's
 //!   position), giving `B−1` proposals in one forward. The block's own K/V rows are written past
 //!   the committed rows and overwritten by the next append, so a rejected draft needs no
@@ -31,7 +33,9 @@ use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
 use crate::backend::{Backend, StateDecl, StatesId};
 use crate::model::Qwen35;
 use crate::model::draft::convert::{OutType, convert_dflash};
-use crate::model::draft::{DFlash, DraftParts, DraftSession, context_features};
+use crate::model::draft::{
+    DFlash, DraftParts, DraftSession, FeatureDtype, FeatureRing, context_features,
+};
 use crate::model::session::StepOutput;
 use crate::util::rng::Rng;
 use std::path::Path;
@@ -76,7 +80,9 @@ pub fn open_any_with(
     let model = load_model(path)?;
     if model.cfg.dflash2.is_some() {
         return Ok(Box::new(
-            super::dflash2::DFlash2Drafter::new(model, target)?.with_source(path),
+            super::dflash2::DFlash2Drafter::new(model, target)?
+                .with_source(path)
+                .with_feature_dtype(opts.feature_dtype),
         ));
     }
     let mut d = DFlashDrafter::new(model, target)?
@@ -98,9 +104,9 @@ pub struct DFlashDrafter {
     /// A reset whose backend does not hold it (another backend, maybe at the same address)
     /// starts over there; handles are per backend, so stale ones must never be used.
     owner: Option<(StatesId, f32)>,
-    /// Committed rows not yet appended to the caches, `[pending_rows, feature_width]`.
-    pending: Vec<f32>,
-    pending_rows: usize,
+    /// The committed context rows by position (bf16 by default); rows from the caches'
+    /// `n_ctx` on are not yet appended to them.
+    ring: FeatureRing,
     /// Initial cache capacity in context rows.
     capacity: usize,
     /// Draws proposals when the target samples (T > 0).
@@ -134,6 +140,8 @@ pub struct DrafterOptions {
     pub gate: GateConfig,
     /// Print per-round raw and calibrated confidences to stderr.
     pub print_confidence: bool,
+    /// Storage type of the per-sequence feature ring (bf16 by default).
+    pub feature_dtype: FeatureDtype,
 }
 
 fn drafter_err(msg: impl Into<String>) -> SpecError {
@@ -172,6 +180,7 @@ impl DFlashDrafter {
         model.cfg.check_target(&target.cfg)?;
         model.cfg.check_supported()?;
         model.weights_with_target(target)?;
+        let ring = FeatureRing::for_drafter(&model.cfg, FeatureDtype::default());
         let conf = model
             .cfg
             .dspark
@@ -184,8 +193,7 @@ impl DFlashDrafter {
             model,
             parts: None,
             owner: None,
-            pending: Vec::new(),
-            pending_rows: 0,
+            ring,
             capacity: DEFAULT_CAPACITY,
             rng: Rng::new(0x0df1a5),
             source: String::new(),
@@ -218,7 +226,25 @@ impl DFlashDrafter {
             *g = Gate::new(opts.gate.clone());
         }
         self.print_confidence = opts.print_confidence;
+        self.with_feature_dtype(opts.feature_dtype)
+    }
+
+    /// Stores the committed context rows as `dtype` (forgets the rows held so far: call it
+    /// before the first sequence).
+    pub fn with_feature_dtype(mut self, dtype: FeatureDtype) -> Self {
+        self.ring = FeatureRing::for_drafter(&self.model.cfg, dtype);
         self
+    }
+
+    /// Replaces the feature ring (tests: another capacity or dtype than the drafter's own).
+    pub fn with_feature_ring(mut self, ring: FeatureRing) -> Self {
+        self.ring = ring;
+        self
+    }
+
+    /// The per-sequence feature ring.
+    pub fn ring(&self) -> &FeatureRing {
+        &self.ring
     }
 
     /// The confidence gate (DSpark drafters with a confidence head).
@@ -238,7 +264,7 @@ impl DFlashDrafter {
 
     /// Context rows in the caches plus pending ones.
     pub fn context_rows(&self) -> usize {
-        self.parts.as_ref().map_or(0, |p| p.n_ctx()) + self.pending_rows
+        self.ring.end()
     }
 
     fn parts(&mut self) -> Result<DraftParts, SpecError> {
@@ -285,8 +311,7 @@ impl Drafter for DFlashDrafter {
     fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
         // The calibration is the drafter's, not the sequence's: it carries over.
         self.last = None;
-        self.pending.clear();
-        self.pending_rows = 0;
+        self.ring.clear();
         let same = self.parts.is_some() && owns(env.backend, self.owner);
         match self.parts.take() {
             Some(p) if same => {
@@ -325,8 +350,7 @@ impl Drafter for DFlashDrafter {
             )));
         }
         self.label(tokens);
-        let width = self.model.cfg.feature_width();
-        let end = n_ctx + self.pending_rows;
+        let end = self.ring.end();
         if features.start > end {
             return Err(drafter_err(format!(
                 "committed rows start at position {}, the drafter's context ends at {end}",
@@ -335,18 +359,14 @@ impl Drafter for DFlashDrafter {
         }
         if features.start < end {
             // The caller went back (not done by the spec loop, which commits only accepted
-            // rows): forget the rows from `start` on.
-            if features.start >= n_ctx {
-                self.pending_rows = features.start - n_ctx;
-                self.pending.truncate(self.pending_rows * width);
-            } else {
+            // rows): forget the rows from `start` on, in the caches and in the ring.
+            if features.start < n_ctx {
                 let p = self.parts()?;
                 let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
                 ds.truncate(features.start);
                 self.parts = Some(ds.into_parts());
-                self.pending.clear();
-                self.pending_rows = 0;
             }
+            self.ring.truncate(features.start);
         }
         if features.rows == 0 {
             return Ok(());
@@ -357,8 +377,7 @@ impl Drafter for DFlashDrafter {
             ..Default::default()
         };
         let rows = context_features(&self.model, env.target, &step, features.rows)?;
-        self.pending.extend_from_slice(&rows);
-        self.pending_rows += features.rows;
+        self.ring.push(&rows)?;
         Ok(())
     }
 
@@ -477,17 +496,22 @@ impl DFlashDrafter {
         let bsz = self.model.cfg.block_size;
         let p = self.parts()?;
         let mut ds = DraftSession::from_parts(&self.model, &mut *env.backend, p);
-        let need = ds.n_ctx() + self.pending_rows + bsz;
+        // The rows not yet in the caches; for a windowed drafter, rows that fell out of the
+        // ring are out of every future block's window and are skipped.
+        let from = ds.n_ctx().max(self.ring.start());
+        ds.skip_to(from);
+        let end = self.ring.end();
+        let need = end + bsz;
         let grown = if need > ds.cap() {
             ds.reserve(need.max(2 * ds.cap()))
         } else {
             Ok(())
         };
-        let out = grown.and_then(|()| ds.draft(&self.pending, req.root));
+        let out = grown
+            .and_then(|()| self.ring.read(from, end))
+            .and_then(|feats| ds.draft(&feats, req.root));
         self.parts = Some(ds.into_parts());
         let out = out?;
-        self.pending.clear();
-        self.pending_rows = 0;
 
         let n = req.max.min(bsz - 1).min(out.tokens.len());
         Ok((out, n))

@@ -1,7 +1,7 @@
 //! The DFlash2 drafter ([`crate::model::draft::dflash2`]) behind the spec loop's [`Drafter`].
 //!
-//! Same protocol mapping as the DFlash adapter ([`super::dflash`]): committed rows become
-//! pending context rows on the host; `propose` appends them and drafts the block
+//! Same protocol mapping as the DFlash adapter ([`super::dflash`]): committed rows go to
+//! the per-sequence feature ring; `propose` appends them and drafts the block
 //! `[root, MASK × (B−1)]` in one launch, whose proposals are the candidate selector's greedy
 //! walk. The session is a one-slot [`BatchSession`] held as [`BatchParts`] between calls on the
 //! target's backend (the scheduler's many-request drafting uses `BatchSession` with more slots).
@@ -15,7 +15,7 @@ use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
 use crate::backend::StatesId;
 use crate::model::Qwen35;
 use crate::model::draft::dflash2::{BatchParts, BatchSession, SeqDraft};
-use crate::model::draft::{DFlash, context_features};
+use crate::model::draft::{DFlash, FeatureDtype, FeatureRing, context_features};
 use crate::model::session::StepOutput;
 use std::path::Path;
 
@@ -35,8 +35,8 @@ pub struct DFlash2Drafter {
     parts: Option<BatchParts>,
     /// Identifies the backend `parts` live on (see [`super::dflash`]).
     owner: Option<(StatesId, f32)>,
-    pending: Vec<f32>,
-    pending_rows: usize,
+    /// The committed context rows by position (see [`super::dflash`]).
+    ring: FeatureRing,
     capacity: usize,
     source: String,
     /// The selector scores of the last proposal, `[B−1, k]` (for inspection).
@@ -52,12 +52,12 @@ impl DFlash2Drafter {
         model.cfg.check_target(&target.cfg)?;
         model.cfg.check_supported()?;
         model.weights_with_target(target)?;
+        let ring = FeatureRing::for_drafter(&model.cfg, FeatureDtype::default());
         Ok(DFlash2Drafter {
             model,
             parts: None,
             owner: None,
-            pending: Vec::new(),
-            pending_rows: 0,
+            ring,
             capacity: DEFAULT_CAPACITY,
             source: String::new(),
             last_scores: Vec::new(),
@@ -68,6 +68,12 @@ impl DFlash2Drafter {
     pub fn open(path: &Path, target: &Qwen35) -> Result<DFlash2Drafter, SpecError> {
         let model = super::dflash::load_model(path)?;
         Ok(Self::new(model, target)?.with_source(path))
+    }
+
+    /// Stores the committed context rows as `dtype` (see [`super::dflash`]).
+    pub fn with_feature_dtype(mut self, dtype: FeatureDtype) -> Self {
+        self.ring = FeatureRing::for_drafter(&self.model.cfg, dtype);
+        self
     }
 
     pub fn with_source(mut self, path: &Path) -> Self {
@@ -87,7 +93,7 @@ impl DFlash2Drafter {
 
     /// Context rows in the caches plus pending ones.
     pub fn context_rows(&self) -> usize {
-        self.parts.as_ref().map_or(0, |p| p.n_ctx(0)) + self.pending_rows
+        self.ring.end()
     }
 
     /// The selector scores of the last proposal, `[B−1, k]`.
@@ -127,8 +133,7 @@ impl Drafter for DFlash2Drafter {
     }
 
     fn reset(&mut self, env: &mut DraftEnv<'_>) -> Result<(), SpecError> {
-        self.pending.clear();
-        self.pending_rows = 0;
+        self.ring.clear();
         let same = self.parts.is_some() && owns(env.backend, self.owner);
         match self.parts.take() {
             Some(p) if same => {
@@ -164,8 +169,7 @@ impl Drafter for DFlash2Drafter {
                 features.rows
             )));
         }
-        let width = self.model.cfg.feature_width();
-        let end = n_ctx + self.pending_rows;
+        let end = self.ring.end();
         if features.start > end {
             return Err(drafter_err(format!(
                 "committed rows start at position {}, the drafter's context ends at {end}",
@@ -173,18 +177,15 @@ impl Drafter for DFlash2Drafter {
             )));
         }
         if features.start < end {
-            // The caller went back: forget the rows from `start` on.
-            if features.start >= n_ctx {
-                self.pending_rows = features.start - n_ctx;
-                self.pending.truncate(self.pending_rows * width);
-            } else {
+            // The caller went back (not done by the spec loop, which commits only accepted
+            // rows): forget the rows from `start` on, in the caches and in the ring.
+            if features.start < n_ctx {
                 let p = self.parts()?;
                 let mut s = BatchSession::from_parts(&self.model, &mut *env.backend, p);
                 s.truncate(0, features.start);
                 self.parts = Some(s.into_parts());
-                self.pending.clear();
-                self.pending_rows = 0;
             }
+            self.ring.truncate(features.start);
         }
         if features.rows == 0 {
             return Ok(());
@@ -195,8 +196,7 @@ impl Drafter for DFlash2Drafter {
             ..Default::default()
         };
         let rows = context_features(&self.model, env.target, &step, features.rows)?;
-        self.pending.extend_from_slice(&rows);
-        self.pending_rows += features.rows;
+        self.ring.push(&rows)?;
         Ok(())
     }
 
@@ -204,21 +204,27 @@ impl Drafter for DFlash2Drafter {
         let bsz = self.model.cfg.block_size;
         let p = self.parts()?;
         let mut s = BatchSession::from_parts(&self.model, &mut *env.backend, p);
-        let need = s.n_ctx(0) + self.pending_rows + bsz;
+        // The rows not yet in the caches (see [`super::dflash`]).
+        let from = s.n_ctx(0).max(self.ring.start());
+        s.skip_to(0, from);
+        let end = self.ring.end();
+        let need = end + bsz;
         let grown = if need > s.cap() {
             s.reserve(need.max(2 * s.cap()))
         } else {
             Ok(())
         };
-        let req_one = SeqDraft {
-            feats: &self.pending,
-            last: req.root,
-        };
-        let out = grown.and_then(|()| s.draft(&[req_one], false));
+        let out = grown
+            .and_then(|()| self.ring.read(from, end))
+            .and_then(|feats| {
+                let req_one = SeqDraft {
+                    feats: &feats,
+                    last: req.root,
+                };
+                s.draft(&[req_one], false)
+            });
         self.parts = Some(s.into_parts());
         let mut out = out?;
-        self.pending.clear();
-        self.pending_rows = 0;
         let one = out
             .pop()
             .ok_or_else(|| drafter_err("no output for the slot"))?;

@@ -12,10 +12,12 @@ pub mod dflash2;
 mod gguf_load;
 mod graph;
 pub mod llamacpp;
+mod ring;
 mod session;
 pub mod synth;
 
 pub use config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
+pub use ring::{FeatureDtype, FeatureRing};
 pub use session::{DraftOutput, DraftParts, DraftSession, context_features};
 
 use super::{ModelError, Qwen35};

@@ -95,6 +95,13 @@ impl<'a> DraftSession<'a> {
         self.n_ctx = self.n_ctx.min(n);
     }
 
+    /// Moves the committed row count forward to `pos` without writing the rows in between:
+    /// for a drafter whose every layer is windowed, rows that no future block can attend to
+    /// (see [`super::FeatureRing::for_drafter`]). A no-op when `pos ≤ n_ctx`.
+    pub fn skip_to(&mut self, pos: usize) {
+        self.n_ctx = self.n_ctx.max(pos);
+    }
+
     /// Appends the feature rows `feats` (`[tc, n_target_layers·H]`, row-major, the rows of the
     /// next committed positions) to the context, then drafts a block starting with `last` at
     /// position `n_ctx` (after the append): proposals for positions `n_ctx + 1 ..`.

@@ -120,6 +120,14 @@ impl<'a> BatchSession<'a> {
         }
     }
 
+    /// Moves slot `slot`'s committed row count forward to `pos` without writing the rows in
+    /// between (see [`crate::model::draft::DraftSession::skip_to`]).
+    pub fn skip_to(&mut self, slot: usize, pos: usize) {
+        if let Some(c) = self.p.n_ctx.get_mut(slot) {
+            *c = (*c).max(pos);
+        }
+    }
+
     /// Appends each slot's new rows and drafts a block per slot, all in one launch:
     /// `reqs[s]` is slot s (one request per slot). The block of slot s starts with its `last`
     /// at position `n_ctx(s)` (after the append) and proposes the next `B−1` positions.
