@@ -103,6 +103,15 @@ pub fn qgemv_rows(nt: u32) -> u32 {
 /// Wide int8-activation variants `(tile, weight rows per warp)`, named `qgemv_<type>_<nt>x<r>`:
 /// NVIDIA only (PTX targets; they would spill registers on gfx11).
 pub const QGEMV_WIDE: &[(u32, u32)] = &[(8, 4), (16, 2), (16, 4)];
+/// The wide variant measured fastest per tile on the H200 (27B IQ4_XS verify steps, 2026-12-03:
+/// 8 rows 24.2 → 22.5 ms with 4 rows per warp, 16 rows 70.6 → 57.1 ms with 2).
+pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
+    match nt {
+        8 => Some(4),
+        16 => Some(2),
+        _ => None,
+    }
+}
 /// True for kernels only the PTX targets define.
 pub fn ptx_only(name: &str) -> bool {
     name.starts_with("qgemv_")

@@ -967,7 +967,11 @@ pub(super) fn qgemv(
 ) -> Result<(), BackendError> {
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
     let nt = kernels::qgemv_tile(n);
-    let wide = be.qgemv_wide.filter(|r| {
+    let wide = match be.qgemv_wide {
+        Some(0) => kernels::qgemv_wide_default(nt),
+        r => r,
+    };
+    let wide = wide.filter(|r| {
         be.drv.api() == super::driver::Api::Cuda && kernels::QGEMV_WIDE.contains(&(nt, *r))
     });
     let (name, rows) = match wide {

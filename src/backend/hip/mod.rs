@@ -136,8 +136,8 @@ pub struct HipBackend {
     /// Shared so a test can read it while a session holds the backend.
     launches: std::rc::Rc<std::cell::Cell<u64>>,
     /// Weight rows per warp of the int8 GEMV at 8 and 16 input rows, where a wide variant
-    /// exists (NVIDIA only: `kernels::QGEMV_WIDE`); `None` = the portable kernel.
-    /// `DELTASPEC_HIP_QGEMV_ROWS=2|4`.
+    /// exists (NVIDIA only: `kernels::QGEMV_WIDE`); `None` = the portable kernel, `Some(0)` =
+    /// `kernels::qgemv_wide_default` (the default). `DELTASPEC_HIP_QGEMV_ROWS=2|4|portable`.
     qgemv_wide: Option<u32>,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
@@ -199,9 +199,12 @@ impl HipBackend {
             ),
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
             launches: Default::default(),
-            qgemv_wide: std::env::var("DELTASPEC_HIP_QGEMV_ROWS")
-                .ok()
-                .and_then(|v| v.parse().ok()),
+            // Unset: the measured best per tile (`Some(0)`); "portable" (or 1): off.
+            qgemv_wide: match std::env::var("DELTASPEC_HIP_QGEMV_ROWS").as_deref() {
+                Err(_) => Some(0),
+                Ok("portable") | Ok("1") => None,
+                Ok(v) => v.parse().ok(),
+            },
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
