@@ -10,38 +10,21 @@
 
 mod common;
 
-use common::rel_err;
-use deltaspec::backend::hip::{HipBackend, Which};
+use common::{f32s, rel_err};
+use deltaspec::backend::hip::HipBackend;
 use deltaspec::backend::{self, Backend, HostData, HostTensor, WeightStore};
 use deltaspec::graph::{Graph, GraphBuilder};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
 fn gpu(test: &str, fusion: bool) -> Option<HipBackend> {
-    match HipBackend::open(Which::Any) {
-        Ok(mut b) => {
-            b.set_poison(true);
-            b.set_int8_matmul(true);
-            b.set_fusion(fusion);
-            // Replayed graphs issue no counted launches.
-            b.set_graphs(false);
-            Some(b)
-        }
-        Err(e) => {
-            if std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: hip backend unavailable but DELTASPEC_REQUIRE_GPU=1: {e}");
-            }
-            eprintln!("SKIP {test}: hip backend unavailable: {e}");
-            None
-        }
-    }
-}
-
-fn f32s(t: &HostTensor) -> Vec<f32> {
-    t.bytes()
-        .chunks_exact(4)
-        .map(bytemuck::pod_read_unaligned)
-        .collect()
+    let mut b = common::open_hip(test)?;
+    b.set_poison(true);
+    b.set_int8_matmul(true);
+    b.set_fusion(fusion);
+    // Replayed graphs issue no counted launches.
+    b.set_graphs(false);
+    Some(b)
 }
 
 const INT8_TYPES: &[DType] = &[

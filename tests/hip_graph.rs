@@ -10,42 +10,25 @@
 
 mod common;
 
-use common::rel_err;
-use deltaspec::backend::hip::{HipBackend, Which};
-use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl};
+use common::{f32s, rel_err};
+use deltaspec::backend::hip::HipBackend;
+use deltaspec::backend::{self, Backend, HostData, StateDecl};
 use deltaspec::graph::{AttnParams, Graph, GraphBuilder};
 use deltaspec::tensor::DType;
 use deltaspec::util::rng::Rng;
 
 /// Opens the GPU backend with graphs on or off, or prints why the test is skipped.
 fn gpu(test: &str, graphs: bool) -> Option<HipBackend> {
-    match HipBackend::open(Which::Any) {
-        Ok(mut b) => {
-            b.set_graphs(graphs);
-            if graphs && !b.graphs_active() {
-                if std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                    panic!("{test}: {} does not support graph capture", b.name());
-                }
-                eprintln!("SKIP {test}: {} does not support graph capture", b.name());
-                return None;
-            }
-            Some(b)
+    let mut b = common::open_hip(test)?;
+    b.set_graphs(graphs);
+    if graphs && !b.graphs_active() {
+        if common::require_gpu() {
+            panic!("{test}: {} does not support graph capture", b.name());
         }
-        Err(e) => {
-            if std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: hip backend unavailable but DELTASPEC_REQUIRE_GPU=1: {e}");
-            }
-            eprintln!("SKIP {test}: hip backend unavailable: {e}");
-            None
-        }
+        eprintln!("SKIP {test}: {} does not support graph capture", b.name());
+        return None;
     }
-}
-
-fn f32s(t: &HostTensor) -> Vec<f32> {
-    t.bytes()
-        .chunks_exact(4)
-        .map(bytemuck::pod_read_unaligned)
-        .collect()
+    Some(b)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

@@ -15,8 +15,8 @@
 
 mod common;
 
-use common::rel_err;
-use deltaspec::backend::hip::{HipBackend, Which};
+use common::{f32s, rel_err};
+use deltaspec::backend::hip::HipBackend;
 use deltaspec::backend::{
     self, Backend, HostData, HostTensor, StateDecl, StatesId, WeightStore, WeightsId,
 };
@@ -29,22 +29,10 @@ use deltaspec::util::rng::Rng;
 
 /// Opens the GPU backend, or prints why the test is skipped.
 fn gpu(test: &str) -> Option<HipBackend> {
-    match HipBackend::open(Which::Any) {
-        Ok(mut b) => {
-            b.set_poison(true);
-            eprintln!("{test}: running on {}", b.name());
-            Some(b)
-        }
-        Err(e) => {
-            // On the GPU machine run_hip.sh sets DELTASPEC_REQUIRE_GPU=1: a backend that does not
-            // open there is a failure, not a skip.
-            if std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
-                panic!("{test}: hip backend unavailable but DELTASPEC_REQUIRE_GPU=1: {e}");
-            }
-            eprintln!("SKIP {test}: hip backend unavailable: {e}");
-            None
-        }
-    }
+    let mut b = common::open_hip(test)?;
+    b.set_poison(true);
+    eprintln!("{test}: running on {}", b.name());
+    Some(b)
 }
 
 struct Side {
@@ -120,13 +108,6 @@ impl Pair {
             close(&format!("{what}: state {s}"), &h, &c, tol);
         }
     }
-}
-
-fn f32s(t: &HostTensor) -> Vec<f32> {
-    t.bytes()
-        .chunks_exact(4)
-        .map(bytemuck::pod_read_unaligned)
-        .collect()
 }
 
 /// GPU values `got` against CPU values `want`: no NaN where the CPU has none, relative L2 error.

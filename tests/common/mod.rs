@@ -63,3 +63,33 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> 
         })
         .collect()
 }
+
+/// Opens the native GPU backend, or says why the test is skipped: `None` when no driver library
+/// loads, a panic instead under `DELTASPEC_REQUIRE_GPU=1` (the GPU machine, where a backend
+/// that does not open is a failure).
+pub fn open_hip(test: &str) -> Option<deltaspec::backend::hip::HipBackend> {
+    use deltaspec::backend::hip::{HipBackend, Which};
+    match HipBackend::open(Which::Any) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if require_gpu() {
+                panic!("{test}: hip backend unavailable but DELTASPEC_REQUIRE_GPU=1: {e}");
+            }
+            eprintln!("SKIP {test}: hip backend unavailable: {e}");
+            None
+        }
+    }
+}
+
+/// True on the GPU machine (`DELTASPEC_REQUIRE_GPU=1`): skips become failures.
+pub fn require_gpu() -> bool {
+    std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// The f32 values of a host tensor.
+pub fn f32s(t: &deltaspec::backend::HostTensor) -> Vec<f32> {
+    t.bytes()
+        .chunks_exact(4)
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
+}
