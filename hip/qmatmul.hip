@@ -47,7 +47,7 @@ DEV void ld32_a2(const u8* p, u32* w) {
 DEV u32 sub32_bytes(u32 v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
 
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
-    static constexpr u32 QK = 32, QB = 34;
+    static constexpr u32 QK = 32, QB = 34, UMAX = 4;
     DEV void deq(const u8* blk, u32, QItem& it) {
         it.s0 = it.s1 = load_f16(blk);
         it.m = 0.0f;
@@ -56,7 +56,7 @@ struct IQ8_0 {  // {f16 d; i8 qs[32]}
 };
 
 struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
-    static constexpr u32 QK = 256, QB = 136;
+    static constexpr u32 QK = 256, QB = 136, UMAX = 4;
     // The IQ4_NL grid as four words of int8 (see iq4_value in quant.h).
     static constexpr u32 T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
@@ -79,7 +79,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 };
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
-    static constexpr u32 QK = 256, QB = 144;
+    static constexpr u32 QK = 256, QB = 144, UMAX = 4;
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -97,7 +97,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 };
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
-    static constexpr u32 QK = 256, QB = 176;
+    static constexpr u32 QK = 256, QB = 176, UMAX = 2;  // 16 words per item
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -120,7 +120,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 };
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
-    static constexpr u32 QK = 256, QB = 210;
+    static constexpr u32 QK = 256, QB = 210, UMAX = 2;  // 18 words per item
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
@@ -176,6 +176,39 @@ quantize_q8_gate(const float* __restrict__ X, const float* __restrict__ G, i8* _
     quantize_q8_impl<true>(X, G, XQ, XD, XS, N, K);
 }
 
+// Items in flight per lane: enough weight bytes outstanding to cover memory latency at decode
+// widths, fewer where the NT·R accumulators already fill the registers.
+// UMAX: the type's own cap (its raw words per item × U × R must fit gfx11's registers unspilled).
+constexpr u32 qgemv_unroll(u32 nt, u32 r, u32 umax) {
+    const u32 u = nt * r <= 2 ? 4 : nt * r <= 4 ? 2 : 1;
+    return u < umax ? u : umax;
+}
+
+// One decoded 32-value item of R weight rows against NT activation rows (block s of each row).
+template <u32 NT, u32 R>
+DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float* __restrict__ XD,
+                    const float* __restrict__ XS, const u32 (&xrow)[NT], u32 nb, u32 s, float (&acc)[R][NT]) {
+#pragma unroll
+    for (u32 t = 0; t < NT; ++t) {
+        const u64 xb = (u64)xrow[t] * nb + s;
+        const u32x4 a = *(const u32x4*)(XQ + xb * 32);
+        const u32x4 b = *(const u32x4*)(XQ + xb * 32 + 16);
+        const float xd = XD[xb], xs = XS[xb];
+#pragma unroll
+        for (u32 r = 0; r < R; ++r) {
+            i32 s0 = dot4_i8(it[r].w[0], a.x, 0);
+            s0 = dot4_i8(it[r].w[1], a.y, s0);
+            s0 = dot4_i8(it[r].w[2], a.z, s0);
+            s0 = dot4_i8(it[r].w[3], a.w, s0);
+            i32 s1 = dot4_i8(it[r].w[4], b.x, 0);
+            s1 = dot4_i8(it[r].w[5], b.y, s1);
+            s1 = dot4_i8(it[r].w[6], b.z, s1);
+            s1 = dot4_i8(it[r].w[7], b.w, s1);
+            acc[r][t] += xd * (it[r].s0 * (float)s0 + it[r].s1 * (float)s1) + it[r].m * xs;
+        }
+    }
+}
+
 // The rows of warp `wi`. Plain (GLU = false): weight rows [wi·R, wi·R + R) of W into Y[N, M].
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
@@ -206,30 +239,26 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         for (u32 r = 0; r < R; ++r)
 #pragma unroll
             for (u32 t = 0; t < NT; ++t) acc[r][t] = 0.0f;
-        for (u32 s = lane; s < nb; s += WARP) {
-            const u64 boff = (u64)(s / IPB) * Q::QB;
+        // U items per lane in flight: every weight load of a group is issued before the first
+        // one is used (a single item per iteration left the 1-row GEMV latency-bound at ~1.8 TB/s).
+        // The items are still accumulated in increasing s, so the sums are the same for every U.
+        constexpr u32 U = qgemv_unroll(NT, R, Q::UMAX);
+        u32 s = lane;
+        for (; s + (U - 1) * WARP < nb; s += U * WARP) {
+            QItem it[U][R];
+#pragma unroll
+            for (u32 u = 0; u < U; ++u)
+#pragma unroll
+                for (u32 r = 0; r < R; ++r)
+                    Q::deq(wrow[r] + (u64)((s + u * WARP) / IPB) * Q::QB, (s + u * WARP) % IPB, it[u][r]);
+#pragma unroll
+            for (u32 u = 0; u < U; ++u) qgemv_item<NT, R>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
+        }
+        for (; s < nb; s += WARP) {
             QItem it[R];
 #pragma unroll
-            for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + boff, s % IPB, it[r]);
-#pragma unroll
-            for (u32 t = 0; t < NT; ++t) {
-                const u64 xb = (u64)xrow[t] * nb + s;
-                const u32x4 a = *(const u32x4*)(XQ + xb * 32);
-                const u32x4 b = *(const u32x4*)(XQ + xb * 32 + 16);
-                const float xd = XD[xb], xs = XS[xb];
-#pragma unroll
-                for (u32 r = 0; r < R; ++r) {
-                    i32 s0 = dot4_i8(it[r].w[0], a.x, 0);
-                    s0 = dot4_i8(it[r].w[1], a.y, s0);
-                    s0 = dot4_i8(it[r].w[2], a.z, s0);
-                    s0 = dot4_i8(it[r].w[3], a.w, s0);
-                    i32 s1 = dot4_i8(it[r].w[4], b.x, 0);
-                    s1 = dot4_i8(it[r].w[5], b.y, s1);
-                    s1 = dot4_i8(it[r].w[6], b.z, s1);
-                    s1 = dot4_i8(it[r].w[7], b.w, s1);
-                    acc[r][t] += xd * (it[r].s0 * (float)s0 + it[r].s1 * (float)s1) + it[r].m * xs;
-                }
-            }
+            for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + (u64)(s / IPB) * Q::QB, s % IPB, it[r]);
+            qgemv_item<NT, R>(it, XQ, XD, XS, xrow, nb, s, acc);
         }
 #pragma unroll
         for (u32 r = 0; r < RO; ++r)

@@ -254,8 +254,9 @@ const INT8_TYPES: &[DType] = &[
 fn matmul_int8_activations_match_the_quantized_reference() {
     // The GPU quantizes x to int8 per 32 values; the CPU gets those same values as f32
     // (`q8_activation_roundtrip`), so both compute the same products and agree to rounding.
+    // K = 4352: more than four items per lane (the GEMV's unrolled main loop and its tail).
     for &dtype in INT8_TYPES {
-        for k in ks(dtype) {
+        for k in ks(dtype).into_iter().chain([4352]) {
             for m in [1, 37, 130] {
                 let mut rng = Rng::new(k as u64 * 7 + m as u64);
                 let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
@@ -294,45 +295,49 @@ fn matmul_int8_activations_match_the_quantized_reference() {
 #[test]
 fn matmul_int8_rows_do_not_depend_on_the_batch() {
     // Lossless speculation needs a verify row to equal the decode of the same row bit for bit.
-    let (k, m) = (512, 77);
-    for &dtype in INT8_TYPES {
-        let mut rng = Rng::new(99);
-        let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
-        let Some(mut g) = gpu("matmul_int8_batch") else {
-            return;
-        };
-        g.set_int8_matmul(true);
-        let wid = g.upload_weights(&w).unwrap();
-        let sid = g.alloc_states(&[]).unwrap();
-        let x = rng.vec_normal(16 * k, 1.0);
-        let mut run = |n: usize, x: &[f32], wide: Option<u32>| {
-            g.set_qgemv_wide_rows(wide);
-            let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
-            f32s(
-                &g.run(e, wid, sid, &[("x", HostData::F32(x.to_vec()))])
-                    .unwrap()[0]
-                    .1,
-            )
-        };
-        let all = run(16, &x, None);
-        for n in [1, 3, 8] {
-            let some = run(n, &x[..n * k], None);
-            assert_eq!(
-                some,
-                all[..n * m],
-                "{dtype}: rows of an n={n} batch differ from n=16"
-            );
-        }
-        // The wide variants (NVIDIA: several weight rows per warp at 8/16 input rows) give the
-        // same bits; elsewhere the setting falls back to the portable kernel.
-        for wide in [2, 4] {
-            for n in [8, 13, 16] {
-                let some = run(n, &x[..n * k], Some(wide));
+    // K = 4352 gives every lane more than four 32-value items, so the unrolled main loop of
+    // the GEMV (several items in flight per lane) and its tail both run.
+    let m = 77;
+    for k in [512, 4352] {
+        for &dtype in INT8_TYPES {
+            let mut rng = Rng::new(99);
+            let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
+            let Some(mut g) = gpu("matmul_int8_batch") else {
+                return;
+            };
+            g.set_int8_matmul(true);
+            let wid = g.upload_weights(&w).unwrap();
+            let sid = g.alloc_states(&[]).unwrap();
+            let x = rng.vec_normal(16 * k, 1.0);
+            let mut run = |n: usize, x: &[f32], wide: Option<u32>| {
+                g.set_qgemv_wide_rows(wide);
+                let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
+                f32s(
+                    &g.run(e, wid, sid, &[("x", HostData::F32(x.to_vec()))])
+                        .unwrap()[0]
+                        .1,
+                )
+            };
+            let all = run(16, &x, None);
+            for n in [1, 3, 8] {
+                let some = run(n, &x[..n * k], None);
                 assert_eq!(
                     some,
                     all[..n * m],
-                    "{dtype}: n={n} with {wide} rows per warp differs from the portable kernel"
+                    "{dtype}: rows of an n={n} batch differ from n=16"
                 );
+            }
+            // The wide variants (NVIDIA: several weight rows per warp at 8/16 input rows) give the
+            // same bits; elsewhere the setting falls back to the portable kernel.
+            for wide in [2, 4] {
+                for n in [8, 13, 16] {
+                    let some = run(n, &x[..n * k], Some(wide));
+                    assert_eq!(
+                        some,
+                        all[..n * m],
+                        "{dtype}: n={n} with {wide} rows per warp differs from the portable kernel"
+                    );
+                }
             }
         }
     }
