@@ -134,6 +134,7 @@ impl Args {
                 probe_alpha: self.probe_alpha,
                 time_alpha: self.time_alpha,
                 ar_burst: self.ar_burst,
+                ..PolicyConfig::default()
             }),
         })
     }

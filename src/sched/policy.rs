@@ -13,6 +13,14 @@
 //!
 //! The base EMA alpha of the original is unknown (§4); ours is 0.3, like its other knobs a
 //! [`PolicyConfig`] field and a CLI option.
+//!
+//! One addition ([`PolicyConfig::calibrate`], on by default): with a live ratio the very first
+//! step is a plain one, so the plain-step time is known from the first spec step on. Without
+//! it the initial ratio (1.9, break-even 0.72) holds until the first burst, and a burst only
+//! starts once the acceptance EMA falls below that guess: with a drafter whose spec step costs
+//! far more than 1.9 plain steps (DFlash block 16 on the H200: ~7×) and moderate acceptance
+//! (prose, ~1.8 drafts), the loop keeps speculating at a loss for many steps. The plain step
+//! costs nothing extra: it emits its token like any other step.
 
 /// Where the spec/plain step time ratio comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,6 +65,9 @@ pub struct PolicyConfig {
     pub time_alpha: f64,
     /// Plain steps per burst.
     pub ar_burst: usize,
+    /// With a live ratio, run one plain step first to measure the plain-step time (see the
+    /// module docs). Off: the original's behaviour (the initial ratio until the first burst).
+    pub calibrate: bool,
 }
 
 impl Default for PolicyConfig {
@@ -68,6 +79,7 @@ impl Default for PolicyConfig {
             probe_alpha: 0.5,
             time_alpha: 0.2,
             ar_burst: 40,
+            calibrate: true,
         }
     }
 }
@@ -85,6 +97,8 @@ pub enum Reason {
     Disabled,
     /// No acceptance measured yet: speculate to find out.
     Start,
+    /// The first step with a live ratio: a plain step that measures the plain-step time.
+    Calibrate,
     /// The acceptance EMA is at or above break-even.
     AboveBreakEven,
     /// Inside a plain burst (`left` steps remain after this one).
@@ -114,6 +128,7 @@ impl std::fmt::Display for PolicyEvent {
         let r = match self.reason {
             Reason::Disabled => "policy off".to_string(),
             Reason::Start => "start".to_string(),
+            Reason::Calibrate => "measure the plain step".to_string(),
             Reason::AboveBreakEven => "above break-even".to_string(),
             Reason::Burst { left } => format!("burst, {left} left"),
             Reason::Probe => "probe".to_string(),
@@ -147,11 +162,14 @@ pub struct AdaptivePolicy {
     burst_left: usize,
     /// The next spec step is the probe after a burst.
     probing: bool,
+    /// The calibration step was issued (or is not wanted).
+    calibrated: bool,
     step: usize,
 }
 
 impl AdaptivePolicy {
     pub fn new(cfg: PolicyConfig) -> AdaptivePolicy {
+        let calibrated = !(cfg.calibrate && matches!(cfg.ratio, Ratio::Live { .. }));
         AdaptivePolicy {
             cfg,
             accept: None,
@@ -159,6 +177,7 @@ impl AdaptivePolicy {
             plain_time: None,
             burst_left: 0,
             probing: false,
+            calibrated,
             step: 0,
         }
     }
@@ -197,6 +216,8 @@ impl AdaptivePolicy {
     pub fn decide(&mut self) -> PolicyEvent {
         let (decision, reason) = if self.cfg.ratio == Ratio::Disabled {
             (Decision::Spec, Reason::Disabled)
+        } else if !std::mem::replace(&mut self.calibrated, true) && self.plain_time.is_none() {
+            (Decision::Plain, Reason::Calibrate)
         } else if self.burst_left > 0 {
             self.burst_left -= 1;
             if self.burst_left == 0 {
@@ -276,9 +297,17 @@ mod tests {
             .collect()
     }
 
+    /// The original's behaviour: no calibration step.
+    fn original() -> PolicyConfig {
+        PolicyConfig {
+            calibrate: false,
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn break_even_uses_initial_ratio_until_both_times_are_measured() {
-        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let mut p = AdaptivePolicy::new(original());
         assert!((p.a_min() - 0.72).abs() < 1e-12);
         p.decide();
         p.observe_spec(3, 0.018);
@@ -293,7 +322,7 @@ mod tests {
 
     #[test]
     fn stays_on_while_acceptance_pays() {
-        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let mut p = AdaptivePolicy::new(original());
         let d = drive(&mut p, 100, 0.018, 0.010, 2);
         assert!(d.iter().all(|&x| x == Decision::Spec));
         assert_eq!(p.accept_ema(), Some(2.0));
@@ -301,7 +330,7 @@ mod tests {
 
     #[test]
     fn turns_off_below_break_even_probes_after_burst_and_recovers() {
-        let cfg = PolicyConfig::default();
+        let cfg = original();
         let burst = cfg.ar_burst;
         let mut p = AdaptivePolicy::new(cfg);
         // Acceptance 0 is below any break-even with r > 1: the first spec step starts a burst.
@@ -339,7 +368,7 @@ mod tests {
 
     #[test]
     fn slow_decay_with_base_alpha_then_burst() {
-        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let mut p = AdaptivePolicy::new(original());
         // Establish both timings: r = 2.0, a_min = 0.8.
         drive(&mut p, 1, 0.020, 0.010, 3);
         p.observe_plain(0.010);
@@ -385,7 +414,7 @@ mod tests {
     fn burst_length_is_configurable_and_logged() {
         let mut p = AdaptivePolicy::new(PolicyConfig {
             ar_burst: 3,
-            ..Default::default()
+            ..original()
         });
         p.decide();
         p.observe_spec(0, 0.02);
@@ -402,5 +431,47 @@ mod tests {
         assert!(evs[0].contains("plain (burst, 2 left)"), "{}", evs[0]);
         assert!(evs[2].contains("plain (burst, 0 left)"), "{}", evs[2]);
         assert!(evs[3].contains("spec (probe)"), "{}", evs[3]);
+    }
+
+    #[test]
+    fn calibration_step_measures_plain_time_before_the_first_spec_step() {
+        // The H200 prose case: a spec step ~7× a plain step, ~1.8 drafts accepted per step.
+        let (spec_s, plain_s, acc) = (0.085, 0.012, 2);
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let ev = p.decide();
+        assert_eq!(
+            (ev.decision, ev.reason),
+            (Decision::Plain, Reason::Calibrate)
+        );
+        assert!(
+            ev.to_string().contains("plain (measure the plain step)"),
+            "{ev}"
+        );
+        p.observe_plain(plain_s);
+        let ev = p.decide();
+        assert_eq!((ev.decision, ev.reason), (Decision::Spec, Reason::Start));
+        p.observe_spec(acc, spec_s);
+        // r = 7.08, a_min = 4.87 > 2: a burst right after the first spec step.
+        assert!((p.a_min() - 0.8 * (spec_s / plain_s - 1.0)).abs() < 1e-9);
+        let d = drive(&mut p, 40, spec_s, plain_s, acc);
+        assert!(d.iter().all(|&x| x == Decision::Plain), "{d:?}");
+        assert_eq!(p.decide().reason, Reason::Probe);
+
+        // Without it the guessed ratio 1.9 (a_min 0.72) keeps a loss-making drafter on.
+        let mut p = AdaptivePolicy::new(original());
+        let d = drive(&mut p, 40, spec_s, plain_s, acc);
+        assert!(d.iter().all(|&x| x == Decision::Spec));
+
+        // Only a live ratio needs it; an observation before the first decision skips it.
+        for ratio in [Ratio::Fixed(1.7), Ratio::Disabled] {
+            let mut p = AdaptivePolicy::new(PolicyConfig {
+                ratio,
+                ..Default::default()
+            });
+            assert_eq!(p.decide().decision, Decision::Spec, "{ratio:?}");
+        }
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        p.observe_plain(plain_s);
+        assert_eq!(p.decide().reason, Reason::Start);
     }
 }

@@ -3,6 +3,7 @@
 //! [`crate::sched::policy`] chooses per step).
 
 use super::chain::{Accept, ChainRound, Rollback, RollbackMode, chain_round_with};
+use super::pending::{MAX_PENDING_ROWS, PendingCommits};
 use super::sample::{Sampling, draw};
 use super::{Drafter, Features, SpecError, env};
 use crate::model::Session;
@@ -13,7 +14,7 @@ use std::time::Instant;
 
 #[derive(Clone, Debug, PartialEq, Default)]
 pub enum SpecMode {
-    /// Plain decoding (features still captured and committed to the drafter).
+    /// Plain decoding (features still captured and committed to the drafter, in batches).
     Off,
     /// A chain round every step.
     #[default]
@@ -73,7 +74,8 @@ impl Default for SpecConfig {
 pub enum StepKind {
     /// A chain round (draft, verify, rollback).
     Spec,
-    /// One target row with feature capture, no drafter call.
+    /// One target row with feature capture, no drafter call (its row is committed to the
+    /// drafter with the rest of its burst, see [`super::pending`]).
     Plain,
 }
 
@@ -209,15 +211,20 @@ fn prefill_with(
     Ok(last)
 }
 
-/// One plain step: the target processes `root` (features captured and committed to the
-/// drafter); returns the next token.
+/// One plain step: the target processes `root` with its features captured; returns the next
+/// token. The row is stashed in `pending`, not committed: the drafter gets a whole burst's rows
+/// in one commit ([`super::pending`]) when its context is next needed. Should the stash reach
+/// [`MAX_PENDING_ROWS`] it is committed here; that time is in the step's `commit_s` and
+/// returned separately so the caller can charge it to the next spec step (see
+/// [`generate_spec`]).
 fn plain_step(
     s: &mut Session<'_>,
     drafter: &mut dyn Drafter,
+    pending: &mut PendingCommits,
     layers: &[usize],
     root: u32,
     sampler: &mut Option<(Sampling, Rng)>,
-) -> Result<(u32, StepStats), SpecError> {
+) -> Result<(u32, StepStats, f64), SpecError> {
     let width = s.model().cfg.hidden;
     let start = s.pos();
     let t0 = Instant::now();
@@ -225,8 +232,12 @@ fn plain_step(
     let t1 = Instant::now();
     let next = pick(&out, sampler);
     let f = Features::from_step(out.hidden, layers, start, 1, width)?;
-    drafter.commit(&mut env(s), &[root], &f)?;
+    pending.push(&[root], f)?;
     let t2 = Instant::now();
+    if pending.rows() >= MAX_PENDING_ROWS {
+        pending.flush(s, drafter)?;
+    }
+    let t3 = Instant::now();
     let stats = StepStats {
         kind: StepKind::Plain,
         drafted: 0,
@@ -235,11 +246,11 @@ fn plain_step(
         draft_s: 0.0,
         verify_s: (t1 - t0).as_secs_f64(),
         rollback_s: 0.0,
-        commit_s: (t2 - t1).as_secs_f64(),
-        total_s: (t2 - t0).as_secs_f64(),
+        commit_s: (t3 - t1).as_secs_f64(),
+        total_s: (t3 - t0).as_secs_f64(),
         policy: None,
     };
-    Ok((next, stats))
+    Ok((next, stats, (t3 - t2).as_secs_f64()))
 }
 
 /// Generation of up to `cfg.n` tokens after `prompt` with the drafter. Greedy output equals
@@ -288,6 +299,10 @@ pub fn generate_spec(
     res.tokens.push(root);
     on_token(root);
 
+    // Plain steps' rows not yet handed to the drafter, and the time spent committing stashed
+    // rows mid-burst (a stash at its cap) not yet charged to a spec step.
+    let mut pending = PendingCommits::new();
+    let mut owed_commit_s = 0.0;
     let result = (|| -> Result<(), SpecError> {
         while res.tokens.len() < cfg.n && Some(root) != cfg.stop {
             let left = cfg.n - res.tokens.len();
@@ -301,6 +316,10 @@ pub fn generate_spec(
             };
             let mut stats = if spec && max > 0 {
                 let t = Instant::now();
+                // The drafter needs the rows of the plain steps before it proposes: one commit
+                // for the whole burst.
+                pending.flush(s, drafter)?;
+                let flush_s = t.elapsed().as_secs_f64();
                 let r: ChainRound = match &mut sampler {
                     None if tree_budget.is_some() => {
                         let budget = tree_budget.unwrap_or(1);
@@ -318,9 +337,19 @@ pub fn generate_spec(
                     }
                 };
                 let total = t.elapsed().as_secs_f64();
+                // The burst's deferred commit is charged to this spec step, not spread over the
+                // plain steps: it is work done only because the loop speculates again (a run
+                // that stayed plain would never need the drafter's context), and it is paid
+                // once per switch from plain to spec, which is what this step is. The plain
+                // steps' EMA then measures what a plain step costs (target + feature capture),
+                // and the spec EMA decays the switch cost away while speculation stays on.
+                // Host-only for the DFlash / DSpark / DFlash2 drafters (their K/V append runs
+                // in `propose`, which was always part of the spec step).
                 if let Some(p) = policy.as_mut() {
-                    p.observe_spec(r.accepted, total);
+                    // A stash committed mid-burst at its cap (outside this step's time) too.
+                    p.observe_spec(r.accepted, total + owed_commit_s);
                 }
+                owed_commit_s = 0.0;
                 root = r.bonus();
                 let mut emitted = 0;
                 for &tok in &r.emitted {
@@ -343,17 +372,19 @@ pub fn generate_spec(
                     draft_s: r.draft_s,
                     verify_s: r.verify_s,
                     rollback_s: r.rollback_s,
-                    commit_s: r.commit_s,
+                    commit_s: r.commit_s + flush_s,
                     total_s: total,
                     policy: None,
                 }
             } else {
-                let (next, st) = plain_step(s, drafter, &layers, root, &mut sampler)?;
+                let (next, st, flushed_s) =
+                    plain_step(s, drafter, &mut pending, &layers, root, &mut sampler)?;
+                owed_commit_s += flushed_s;
                 // A plain step forced by the budget (no room to draft) is not a policy sample.
                 if let (Some(p), Some(e)) = (policy.as_mut(), &ev)
                     && e.decision == Decision::Plain
                 {
-                    p.observe_plain(st.total_s);
+                    p.observe_plain(st.total_s - flushed_s);
                 }
                 root = next;
                 res.tokens.push(next);
@@ -364,7 +395,9 @@ pub fn generate_spec(
             on_step(&stats);
             res.steps.push(stats);
         }
-        Ok(())
+        // The drafter's context is whole on return (the protocol of [`Drafter`]), e.g. for a
+        // caller that continues the sequence.
+        pending.flush(s, drafter)
     })();
     res.decode_s = t_first.elapsed().as_secs_f64();
     rollback.release(s)?;

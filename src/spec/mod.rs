@@ -7,6 +7,7 @@
 //! - [`chain`]: one chain round (draft → verify → accept → rollback → commit features) and the
 //!   rollback strategies.
 //! - [`generate`]: the greedy generation loop (`off` / `chain` / `adaptive`) with per-step stats.
+//! - [`pending`]: plain steps' rows stashed and committed to the drafter once per burst.
 //! - [`sample`]: temperature / top-p sampling and the speculative-sampling accept rule.
 //! - [`dflash`]: the DFlash / DSpark drafter ([`crate::model::draft`]) behind [`Drafter`].
 //! - [`dflash2`]: the DFlash2 drafter (dynamic convs, candidate selector) behind [`Drafter`].
@@ -21,6 +22,7 @@ pub mod confidence;
 pub mod dflash;
 pub mod dflash2;
 pub mod generate;
+pub mod pending;
 pub mod replay;
 pub mod sample;
 pub mod testing;
@@ -171,8 +173,12 @@ pub struct DraftEnv<'a> {
 /// 1. [`Drafter::reset`] once;
 /// 2. [`Drafter::commit`] with every row the target commits, in order, with its features:
 ///    the prompt (possibly in chunks), then after every round the root and the accepted
-///    drafts (`a + 1` rows), or the single token of a plain step. The sum of committed rows
-///    always equals the target's position, and `features.start` is the position of the first;
+///    drafts (`a + 1` rows), and the rows of a run of plain steps in one commit (made before
+///    the next proposal, at the end of generation, or every
+///    [`pending::MAX_PENDING_ROWS`] rows). `features.start` is the position of the first row;
+///    whenever `propose` is called, the committed rows sum to the target's position. A
+///    drafter's context must depend only on the rows committed, not on how they were split
+///    into commits;
 /// 3. [`Drafter::propose`] between commits, with the root: the last emitted token, which the
 ///    target has not processed yet (the previous round's bonus).
 ///
