@@ -271,6 +271,30 @@ DEV i32 dot4_i8(u32 a, u32 b, i32 c) {
 #endif
 }
 
+// One warp-wide integer matrix-core step, D += A · B for a 16×8 int32 tile over k = 16 signed
+// bytes (NVIDIA mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32, sm_80+). Integer sums are
+// exact, so each D element equals the dp4a chain over the same 16 bytes. Fragments, for lane
+// l = 4g + t (g = l / 4, t = l % 4), byte i of a word = k offset i:
+//   a0 = A[g][4t .. 4t+3]     a1 = A[g+8][4t .. 4t+3]     b = B[4t .. 4t+3][g]
+//   d[0] = D[g][2t]   d[1] = D[g][2t+1]   d[2] = D[g+8][2t]   d[3] = D[g+8][2t+1]
+// AMD (not implemented yet; the int8 GEMV keeps its dp4a kernel there): gfx11 wave32
+// v_wmma_i32_16x16x16_iu8 takes a whole 16-byte row of A and column of B per lane (lanes 16-31
+// repeat lanes 0-15) and returns D[2i + l/16][l%16], i < 8; gfx12's
+// v_wmma_i32_16x16x16_iu8_w32_gfx12 takes 8 bytes per lane (lanes 16-31: k 8..15) and returns
+// D[i + 8(l/16)][l%16]. Both would need a 16-wide tile, not this 16×8 one.
+#if defined(__NVPTX__)
+#define DS_HAVE_MMA_S8 1
+DEV void mma_s8_16x8x16(i32 (&d)[4], u32 a0, u32 a1, u32 b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+}
+#elif defined(DS_EMULATE)
+#define DS_HAVE_MMA_S8 1
+// The same fragment semantics on host threads (emu.h: every lane posts its fragments).
+DEV void mma_s8_16x8x16(i32 (&d)[4], u32 a0, u32 a1, u32 b) { ds_emu_mma_s8_16x8x16(d, a0, a1, b); }
+#endif
+
 // Byte-wise table lookup: out.byte[i] = table.byte[idx.byte[i]] for idx bytes in 0..15, where
 // the 16-byte table is the words t0 (bytes 0-3) .. t3 (bytes 12-15). One selector byte per
 // output byte, so the same call serves every nibble position (the caller masks).

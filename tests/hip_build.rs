@@ -196,7 +196,16 @@ fn amd_code_objects_are_complete_and_spill_free() {
 
         let syms = symbols(elf);
         let names = expected(b.source, false);
-        assert!(!names.is_empty(), "{what}: no kernels expected");
+        if names.is_empty() {
+            // A source of NVIDIA-only kernels (`kernels::ptx_only`) defines none here.
+            assert!(
+                kernels::kernel_names()
+                    .iter()
+                    .any(|(s, n)| *s == b.source && kernels::ptx_only(n)),
+                "{what}: no kernels expected"
+            );
+            continue;
+        }
         for n in &names {
             assert!(syms.contains(n), "{what}: kernel {n} missing");
             assert!(

@@ -171,6 +171,42 @@ fn fused_gemv_groups_equal_unfused_and_match_the_cpu() {
 }
 
 #[test]
+fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
+    // `qmma_*` / `qmma4_*` (NVIDIA matrix cores, on with set_qgemv_mma) give the dp4a kernels'
+    // bits: groups of segments, the gate/up pair (which then keeps its SwiGLU launch) and the
+    // folded output gate. Elsewhere the setting keeps the dp4a kernels and this holds trivially.
+    let k = 512;
+    for &dtype in INT8_TYPES {
+        for fusion in [true, false] {
+            let (Some(mut mma), Some(mut dp4a)) = (gpu("qmma", fusion), gpu("qmma", false)) else {
+                return;
+            };
+            mma.set_qgemv_mma(true);
+            dp4a.set_qgemv_mma(false);
+            for n in [5, 16, 33] {
+                let mut rng = Rng::new(2000 + n as u64);
+                let w = weights(&mut rng, dtype, k);
+                let g = graph(n, k, dtype);
+                let inputs: Vec<(&str, HostData)> = ["x", "h", "o", "g"]
+                    .into_iter()
+                    .map(|name| (name, HostData::F32(rng.vec_normal(n * k, 1.0))))
+                    .collect();
+                let (a, _) = run(&mut mma, &|| 0, &g, &w, &inputs);
+                let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
+                for ((name, a), (_, b)) in a.iter().zip(&b) {
+                    let (a, b) = (f32s(a), f32s(b));
+                    assert!(
+                        a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{dtype} n={n} fusion={fusion}: matrix-core {name} differs (rel err {:.2e})",
+                        rel_err(&a, &b)
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
     use deltaspec::model::{Qwen35, Session, synth};

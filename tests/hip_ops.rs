@@ -344,6 +344,52 @@ fn matmul_int8_rows_do_not_depend_on_the_batch() {
 }
 
 #[test]
+fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
+    // The matrix-core kernel (NVIDIA; elsewhere the setting keeps the dp4a kernel, and this
+    // holds trivially) must give the dp4a kernel's bits, whose rows equal the 1-row decode's
+    // (previous test). M = 77: not a multiple of its 16 rows per warp. K = 512 and 1280: 16 and
+    // 40 items of 32 values per row (it replays the dp4a kernel's 32 lane partials: part of one
+    // round of 32 items, and one round plus a part). Inputs at every tile (8, 16, 32 rows per
+    // block; 33 loops over a second group of 8) and not a multiple of 8.
+    let m = 77;
+    for &dtype in INT8_TYPES {
+        for k in [512, 1280] {
+            let mut rng = Rng::new(7 + k as u64);
+            let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
+            let Some(mut g) = gpu("matmul_int8_mma") else {
+                return;
+            };
+            g.set_int8_matmul(true);
+            let wid = g.upload_weights(&w).unwrap();
+            let sid = g.alloc_states(&[]).unwrap();
+            let x = rng.vec_normal(33 * k, 1.0);
+            let mut run = |n: usize, mma: bool| {
+                g.set_qgemv_mma(mma);
+                let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
+                f32s(
+                    &g.run(e, wid, sid, &[("x", HostData::F32(x[..n * k].to_vec()))])
+                        .unwrap()[0]
+                        .1,
+                )
+            };
+            let want = run(33, false);
+            for n in [5, 13, 16, 17, 33] {
+                let got = run(n, true);
+                if let Some(i) = (0..n * m).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+                    panic!(
+                        "{dtype} k={k}: n={n} matrix-core row {} col {} is {} not {}",
+                        i / m,
+                        i % m,
+                        got[i],
+                        want[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_with_an_activation_as_weight() {
     let (n, k, m) = (3, 45, 19);
     let Some(mut p) = Pair::new("matmul_activation", &WeightStore::default(), &[]) else {

@@ -4,7 +4,7 @@
 //! of one type and row length, a gate/up pair with its `SwiGlu`, the attention output gate
 //! folded into o_proj), kept where every member takes the int8 path here:
 //! - a group runs as one `qgemv4_*` launch over up to four (weight, output, rows) segments,
-//!   after one `quantize_q8`;
+//!   after one `quantize_q8` (`qmma4_*` where the matrix-core kernel is on);
 //! - a gate/up pair with its `SwiGlu` runs as one `qgemv_glu_*` launch writing
 //!   `silu(gate) · up` (tiles up to [`kernels::QGEMV_GLU_MAX_TILE`] rows; wider inputs keep the
 //!   `SwiGlu` launch and run gate/up as `qgemv4_*`);
@@ -63,9 +63,10 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         let Some((_, n, ..)) = int8_matmul(be, g, grp.members[0]) else {
             continue;
         };
-        let swiglu = grp
-            .swiglu
-            .filter(|_| kernels::qgemv_tile(n) <= kernels::QGEMV_GLU_MAX_TILE);
+        // The matrix-core kernel has no gate/up variant: its widths keep the SwiGlu launch.
+        let swiglu = grp.swiglu.filter(|_| {
+            kernels::qgemv_tile(n) <= kernels::QGEMV_GLU_MAX_TILE && be.qmma_tile(n).is_none()
+        });
         let gi = f.groups.len();
         for (k, &m) in grp.members.iter().enumerate() {
             f.role[m] = Some((gi, k == 0));
@@ -151,7 +152,18 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             ],
         );
     }
-    let rows_per_block = u64::from(kernels::qgemv_rows(nt)) * warps;
+    let (source, name, rows_per_block) = match be.qmma_tile(n) {
+        Some(t) => (
+            "qmma",
+            format!("qmma4_{suffix}_{t}"),
+            u64::from(kernels::qmma_rows(t)),
+        ),
+        None => (
+            "qmatmul",
+            format!("qgemv4_{suffix}_{nt}"),
+            u64::from(kernels::qgemv_rows(nt)) * warps,
+        ),
+    };
     for chunk in grp.members.chunks(kernels::QGEMV_SEGMENTS) {
         let mut args = Vec::with_capacity(3 * kernels::QGEMV_SEGMENTS + 6);
         let mut grid = 0u64;
@@ -174,8 +186,8 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
         let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;
         launch(
             be,
-            "qmatmul",
-            &format!("qgemv4_{suffix}_{nt}"),
+            source,
+            &name,
             [grid, 1, 1],
             kernels::QGEMV_THREADS,
             &args,

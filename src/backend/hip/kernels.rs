@@ -47,6 +47,7 @@ pub const SOURCES: &[&str] = &[
     "matmul",
     "norm",
     "qmatmul",
+    "qmma",
     "rope",
     "select",
 ];
@@ -112,12 +113,31 @@ pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
         _ => None,
     }
 }
+/// Input-row tiles of the matrix-core int8 GEMV `qmma_<type>_<nt>` / `qmma4_<type>_<nt>`
+/// (`hip/qmma.hip`, NVIDIA only): groups of 8 input rows per block; wider inputs loop.
+pub const QMMA_TILES: &[u32] = &[8, 16, 32];
+/// Weight rows one `qmma_*` block computes at tile `nt` (`qmma_rows` in `hip/qmma.hip`): four
+/// warps of 16 weight rows by 8 input rows.
+pub fn qmma_rows(nt: u32) -> u32 {
+    16 * (4 / (nt / 8)).max(1)
+}
+/// The matrix-core tile for `n` input rows: inputs of 5 rows and more (the dp4a kernel's
+/// 8- and 16-row tiles and its passes over wider inputs), `None` below.
+pub fn qmma_tile(n: usize) -> Option<u32> {
+    match n {
+        0..=4 => None,
+        5..=8 => Some(8),
+        9..=16 => Some(16),
+        _ => Some(32),
+    }
+}
 /// True for kernels only the PTX targets define.
 pub fn ptx_only(name: &str) -> bool {
-    name.starts_with("qgemv_")
-        && QGEMV_WIDE
-            .iter()
-            .any(|(nt, r)| name.ends_with(&format!("_{nt}x{r}")))
+    name.starts_with("qmma")
+        || name.starts_with("qgemv_")
+            && QGEMV_WIDE
+                .iter()
+                .any(|(nt, r)| name.ends_with(&format!("_{nt}x{r}")))
 }
 /// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 16.
 pub fn qgemv_tile(n: usize) -> u32 {
@@ -210,6 +230,10 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         }
         for (nt, r) in QGEMV_WIDE {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}x{r}")));
+        }
+        for nt in QMMA_TILES {
+            v.push(("qmma", format!("qmma_{ty}_{nt}")));
+            v.push(("qmma", format!("qmma4_{ty}_{nt}")));
         }
     }
     for n in ["rms_norm", "add_rms_norm", "gated_rms_norm", "l2_norm"] {

@@ -951,7 +951,8 @@ fn attention(
 }
 
 /// `y = x · wᵀ` with int8 activations: [`quantize_input`], then `qgemv_<type>_<tile>` reads the
-/// quantized rows (see `hip/qmatmul.hip`). `gate`: the folded attention output gate (see
+/// quantized rows (see `hip/qmatmul.hip`), or `qmma_<type>_<tile>` where the matrix-core kernel
+/// is on (`hip/qmma.hip`, bit-identical). `gate`: the folded attention output gate (see
 /// [`quantize_input`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn qgemv(
@@ -966,6 +967,26 @@ pub(super) fn qgemv(
     gate: Option<(TensorId, TensorId)>,
 ) -> Result<(), BackendError> {
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
+    if let Some(nt) = be.qmma_tile(n) {
+        return launch(
+            be,
+            "qmma",
+            &format!("qmma_{suffix}_{nt}"),
+            [blocks(m as u64, u64::from(kernels::qmma_rows(nt))), 1, 1],
+            kernels::QGEMV_THREADS,
+            &[
+                Arg::P(env.ptr(node.inputs[1])),
+                Arg::P(xq),
+                Arg::P(xd),
+                Arg::P(xs),
+                Arg::P(env.ptr(node.outputs[0])),
+                u32_arg(be, &node.op, n)?,
+                u32_arg(be, &node.op, k)?,
+                u32_arg(be, &node.op, m)?,
+                Arg::U64(row_bytes),
+            ],
+        );
+    }
     let nt = kernels::qgemv_tile(n);
     let wide = match be.qgemv_wide {
         Some(0) => kernels::qgemv_wide_default(nt),

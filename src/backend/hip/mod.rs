@@ -139,6 +139,10 @@ pub struct HipBackend {
     /// exists (NVIDIA only: `kernels::QGEMV_WIDE`); `None` = the portable kernel, `Some(0)` =
     /// `kernels::qgemv_wide_default` (the default). `DELTASPEC_HIP_QGEMV_ROWS=2|4|portable`.
     qgemv_wide: Option<u32>,
+    /// The matrix-core int8 GEMV (`hip/qmma.hip`, NVIDIA only) for inputs of 5 rows and more,
+    /// bit-identical to the dp4a kernel; off by default until measured on a GPU.
+    /// `DELTASPEC_HIP_QGEMV_MMA=1` turns it on.
+    qgemv_mma: bool,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -205,6 +209,7 @@ impl HipBackend {
                 Ok("portable") | Ok("1") => None,
                 Ok(v) => v.parse().ok(),
             },
+            qgemv_mma: std::env::var("DELTASPEC_HIP_QGEMV_MMA").is_ok_and(|v| v == "1"),
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -284,6 +289,22 @@ impl HipBackend {
     pub fn set_qgemv_wide_rows(&mut self, rows: Option<u32>) {
         self.qgemv_wide = rows;
         self.drop_graphs(|_| true);
+    }
+
+    /// The matrix-core int8 GEMV for inputs of 5 rows and more (NVIDIA; elsewhere the setting
+    /// keeps the dp4a kernel); results are bit-identical either way.
+    pub fn set_qgemv_mma(&mut self, on: bool) {
+        self.qgemv_mma = on;
+        self.drop_graphs(|_| true);
+    }
+
+    /// The `qmma_*` tile for `n` input rows, where that kernel is on and exists here.
+    fn qmma_tile(&self, n: usize) -> Option<u32> {
+        if self.qgemv_mma && self.drv.api() == Api::Cuda {
+            kernels::qmma_tile(n)
+        } else {
+            None
+        }
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).

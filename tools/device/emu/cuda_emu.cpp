@@ -11,6 +11,7 @@
 #include "../../../hip/matmul.hip"
 #include "../../../hip/norm.hip"
 #include "../../../hip/qmatmul.hip"
+#include "../../../hip/qmma.hip"
 #include "../../../hip/rope.hip"
 #include "../../../hip/select.hip"
 
@@ -59,12 +60,13 @@ Entry entry(const char* name, void (*f)(A...)) {
 #define QT(ty, NT) K(qgemv_##ty##_##NT) K(qgemv4_##ty##_##NT) K(qgemv_glu_##ty##_##NT)
 #define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16) \
     K(qgemv_##ty##_8x4) K(qgemv_##ty##_16x2) K(qgemv_##ty##_16x4)
+#define QMMA(ty, P) K(qmma_##ty##_8) K(qmma4_##ty##_8) K(qmma_##ty##_16) K(qmma4_##ty##_16) K(qmma_##ty##_32) K(qmma4_##ty##_32)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
         DS_FOR_EACH_WTYPE(MM)                                                      //
-        DS_FOR_EACH_QTYPE(QM) K(quantize_q8) K(quantize_q8_gate)                                     //
+        DS_FOR_EACH_QTYPE(QM) DS_FOR_EACH_FTYPE(QMMA) K(quantize_q8) K(quantize_q8_gate)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
         K(rope) K(conv_step) K(conv_tree) K(gdn_dk64) K(gdn_dk128) K(gdn_any)      //
@@ -209,13 +211,13 @@ static void run_kernel(const Entry* e, unsigned gx, unsigned gy, unsigned gz, un
             for (unsigned x = 0; x < gx; ++x) {
                 std::barrier<> block_bar(n);
                 std::vector<std::barrier<>*> warp_bars;
-                std::vector<i32> xchg(n);
+                std::vector<i32> xchg(n / 32 * DS_EMU_XCHG);
                 for (unsigned w = 0; w < n / 32; ++w) warp_bars.push_back(new std::barrier<>(32));
                 std::vector<std::thread> threads;
                 threads.reserve(n);
                 for (unsigned t = 0; t < n; ++t) {
                     threads.emplace_back([&, t] {
-                        ds_emu = DsEmuThread{t, x, y, z, &block_bar, warp_bars[t / 32], &xchg[t / 32 * 32]};
+                        ds_emu = DsEmuThread{t, x, y, z, &block_bar, warp_bars[t / 32], &xchg[t / 32 * DS_EMU_XCHG]};
                         e->invoke(e->fn, params);
                         ds_emu.warp_bar->arrive_and_drop();
                         ds_emu.block_bar->arrive_and_drop();

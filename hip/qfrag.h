@@ -1,0 +1,114 @@
+// Weight decoders for matrix-core fragments (hip/qmma.hip): the parts of a 32-value item that
+// one lane of an mma tile holds, instead of the whole item (QItem in hip/qmatmul.hip).
+//
+// Each type has
+//   scales(blk, ib, s0, s1, m)  the item's scales, the same float operations as QItem's deq;
+//   words(blk, ib, t, lo, hi)   word t (values 4t .. 4t+3, first half) and word t + 4
+//                               (values 16 + 4t .., second half) of the item as packed int8,
+//                               the bytes QItem's w[t] and w[t + 4] hold;
+//   SAME: s1 is always s0;  NOMIN: m is always 0 (fewer values to exchange between lanes).
+// So a sum over fragments is the dp4a kernel's sum, and the scales are the same floats: the
+// bit-identity test (tests/hip_ops.rs matmul_int8_rows_do_not_depend_on_the_batch) checks it.
+#pragma once
+#include "quant.h"
+
+// q - 32 on each of four bytes holding 0..63 (no borrow crosses bytes).
+DEV u32 qf_sub32_bytes(u32 v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+struct FQ8_0 {  // {f16 d; i8 qs[32]}, 2-byte aligned
+    static constexpr u32 QK = 32, QB = 34;
+    static constexpr bool SAME = true, NOMIN = true;
+    DEV void scales(const u8* blk, u32, float& s0, float& s1, float& m) {
+        s0 = s1 = load_f16(blk);
+        m = 0.0f;
+    }
+    DEV void words(const u8* blk, u32, u32 t, u32& lo, u32& hi) {
+        lo = ld_u32_a2(blk + 2 + 4 * t);
+        hi = ld_u32_a2(blk + 18 + 4 * t);
+    }
+};
+
+struct FIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}, 8-byte aligned
+    static constexpr u32 QK = 256, QB = 136;
+    static constexpr bool SAME = true, NOMIN = true;
+    static constexpr u32 T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
+    DEV void scales(const u8* blk, u32 ib, float& s0, float& s1, float& m) {
+        const float d = load_f16(blk);
+        const u32 scales_h = ld_u16(blk + 2);
+        const u32 scales_l = ld_u32_a2(blk + 4);
+        const u32 lo = (scales_l >> (8 * (ib / 2) + 4 * (ib % 2))) & 0xf;
+        const u32 hi = (scales_h >> (2 * ib)) & 3;
+        s0 = s1 = d * (float)((i32)(lo | (hi << 4)) - 32);
+        m = 0.0f;
+    }
+    DEV void words(const u8* blk, u32 ib, u32 t, u32& lo, u32& hi) {
+        const u32 q = *(const u32*)(blk + 8 + 16 * ib + 4 * t);
+        lo = lut16(q & 0x0f0f0f0fu, T0, T1, T2, T3);
+        hi = lut16((q >> 4) & 0x0f0f0f0fu, T0, T1, T2, T3);
+    }
+};
+
+// Q4_K/Q5_K scales: d · sc and -dmin · m of sub-block j.
+DEV void qf_kscales(const u8* blk, u32 j, float& s0, float& s1, float& m) {
+    const float d = load_f16(blk), dmin = load_f16(blk + 2);
+    const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
+    const u32 shi = *(const u32*)(blk + 12);
+    u32 sc, mm;
+    scale_min_k4(j, slo, shi, &sc, &mm);
+    s0 = s1 = d * (float)sc;
+    m = -dmin * (float)mm;
+}
+
+struct FQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 16-byte aligned
+    static constexpr u32 QK = 256, QB = 144;
+    static constexpr bool SAME = true, NOMIN = false;
+    DEV void scales(const u8* blk, u32 j, float& s0, float& s1, float& m) { qf_kscales(blk, j, s0, s1, m); }
+    DEV void words(const u8* blk, u32 j, u32 t, u32& lo, u32& hi) {
+        const u8* q = blk + 16 + 32 * (j / 2) + 4 * t;
+        lo = (*(const u32*)q >> (4 * (j % 2))) & 0x0f0f0f0fu;
+        hi = (*(const u32*)(q + 16) >> (4 * (j % 2))) & 0x0f0f0f0fu;
+    }
+};
+
+struct FQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}, 16-byte aligned
+    static constexpr u32 QK = 256, QB = 176;
+    static constexpr bool SAME = true, NOMIN = false;
+    DEV void scales(const u8* blk, u32 j, float& s0, float& s1, float& m) { qf_kscales(blk, j, s0, s1, m); }
+    DEV void words(const u8* blk, u32 j, u32 t, u32& lo, u32& hi) {
+        const u8* q = blk + 48 + 32 * (j / 2) + 4 * t;
+        const u8* h = blk + 16 + 4 * t;
+        lo = ((*(const u32*)q >> (4 * (j % 2))) & 0x0f0f0f0fu) | (((*(const u32*)h >> j) & 0x01010101u) << 4);
+        hi = ((*(const u32*)(q + 16) >> (4 * (j % 2))) & 0x0f0f0f0fu) |
+             (((*(const u32*)(h + 16) >> j) & 0x01010101u) << 4);
+    }
+};
+
+struct FQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}, 2-byte aligned
+    static constexpr u32 QK = 256, QB = 210;
+    static constexpr bool SAME = false, NOMIN = true;
+    DEV void scales(const u8* blk, u32 sub, float& s0, float& s1, float& m) {
+        const u32 half = sub / 4, i = sub % 4;
+        const float d = load_f16(blk + 208);
+        const u32 scw = ld_u16(blk + 192 + 8 * half + 2 * i);
+        s0 = d * (float)(i8)(u8)(scw & 0xff);
+        s1 = d * (float)(i8)(u8)(scw >> 8);
+        m = 0.0f;
+    }
+    DEV void words(const u8* blk, u32 sub, u32 t, u32& lo, u32& hi) {
+        const u32 half = sub / 4, i = sub % 4;
+        const u8* ql = blk + 64 * half + 32 * (i % 2) + 4 * t;
+        const u8* qh = blk + 128 + 32 * half + 4 * t;
+        const u32 l0 = ld_u32_a2(ql), l1 = ld_u32_a2(ql + 16);
+        const u32 h0 = ld_u32_a2(qh), h1 = ld_u32_a2(qh + 16);
+        lo = qf_sub32_bytes(((l0 >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((h0 >> (2 * i)) & 0x03030303u) << 4));
+        hi = qf_sub32_bytes(((l1 >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((h1 >> (2 * i)) & 0x03030303u) << 4));
+    }
+};
+
+// Every weight type with a fragment decoder: X(name, struct).
+#define DS_FOR_EACH_FTYPE(X) \
+    X(q8_0, FQ8_0)           \
+    X(q4_k, FQ4_K)           \
+    X(q5_k, FQ5_K)           \
+    X(q6_k, FQ6_K)           \
+    X(iq4_xs, FIQ4_XS)
