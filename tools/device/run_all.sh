@@ -83,6 +83,12 @@ if want hip; then
             step 60 env DELTASPEC_HIP_FUSION=0 DELTASPEC_HIP_QGEMV_ROWS=$r "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
         done
     done
+    # The matrix-core int8 GEMV (hip/qmma.hip, default off): verify widths, fused and unfused.
+    for rows in 8 16 32; do
+        step 90 env DELTASPEC_HIP_QGEMV_MMA=1 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+        step 90 env DELTASPEC_HIP_QGEMV_MMA=1 DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+    done
+    step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 32 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
 fi
