@@ -35,13 +35,10 @@ fn $F_h2f(h: u32) -> f32 {
     let s = (h & 0x8000u) << 16u;
     let e = (h >> 10u) & 0x1fu;
     let m = h & 0x3ffu;
-    if e == 0u {
-        return bitcast<f32>(s | bitcast<u32>(f32(m) * 5.9604644775390625e-8));
-    }
-    if e == 31u {
-        return bitcast<f32>(s | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+    // Selects, not branches: in a GEMV item the loads of the next rows stay in the same block.
+    let sub = bitcast<u32>(f32(m) * 5.9604644775390625e-8);
+    let big = select((e + 112u) << 23u, 0x7f800000u, e == 31u) | (m << 13u);
+    return bitcast<f32>(s | select(big, sub, e == 0u));
 }
 fn $F_f16(o: u32) -> f32 {
     return $F_h2f($F_u16(o));
@@ -85,6 +82,40 @@ fn $F_kdm(b: u32, j: u32) -> vec2<f32> {
         sm = vec2<u32>((x & 0xfu) | (($F_u8(s + j - 4u) >> 6u) << 4u), (x >> 4u) | (($F_u8(s + j) >> 6u) << 4u));
     }
     return vec2<f32>($F_f16(b), $F_f16(b + 2u)) * vec2<f32>(sm);
+}
+
+// Branch-free forms for the int8 GEMV items (every load of an item, and of the next rows'
+// items, in one block; no function-local arrays indexed at run time).
+// win8 as two vectors.
+fn $F_win8v(p: u32) -> array<vec4<u32>, 2> {
+    let a = p >> 2u;
+    let v0 = vec4<u32>($W[a], $W[a + 1u], $W[a + 2u], $W[a + 3u]);
+    let v1 = vec4<u32>($W[a + 4u], $W[a + 5u], $W[a + 6u], $W[a + 7u]);
+    let v2 = $W[a + 8u];
+    let odd = (p & 2u) != 0u;
+    let n0 = vec4<u32>(v0.yzw, v1.x);
+    let n1 = vec4<u32>(v1.yzw, v2);
+    let h = vec4<u32>(16u);
+    return array<vec4<u32>, 2>(select(v0, (v0 >> h) | (n0 << h), odd), select(v1, (v1 >> h) | (n1 << h), odd));
+}
+// kdm from the three scale words at b + 4 (b 4-aligned), selecting instead of branching.
+fn $F_kdm8(b: u32, j: u32) -> vec2<f32> {
+    let w = (b >> 2u) + 1u;
+    let s0 = $W[w];
+    let s1 = $W[w + 1u];
+    let s2 = $W[w + 2u];
+    let dm = $W[w - 1u];
+    let sh = 8u * (j & 3u);
+    // Bytes j & 3 of the three words: sc[j & 3], sc[4 + (j & 3)], sc[8 + (j & 3)].
+    let a = (s0 >> sh) & 0xffu;
+    let c = (s1 >> sh) & 0xffu;
+    let e = (s2 >> sh) & 0xffu;
+    // j < 4: (sc[j] & 63, sc[j + 4] & 63); else (sc[j + 4] & 15 | sc[j − 4] >> 6 << 4,
+    // sc[j + 4] >> 4 | sc[j] >> 6 << 4) with sc[j − 4] = a, sc[j] = c, sc[j + 4] = e.
+    let lo = vec2<u32>(a & 63u, c & 63u);
+    let hi = vec2<u32>((e & 0xfu) | ((a >> 6u) << 4u), (e >> 4u) | ((c >> 6u) << 4u));
+    let sm = select(hi, lo, j < 4u);
+    return vec2<f32>($F_h2f(dm & 0xffffu), $F_h2f(dm >> 16u)) * vec2<f32>(sm);
 }
 
 //! item4
@@ -342,11 +373,11 @@ fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
 
 //! Q8_0 q8
 fn $F_qinit(tid: u32) {}
-fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+fn $F_qitem(ro: u32, s: u32) -> QItem {
     let o = ro + s * 34u;
-    *w = $F_win8(o + 2u);
+    let w = $F_win8v(o + 2u);
     let d = $F_f16(o);
-    return vec3<f32>(d, d, 0.0);
+    return QItem(w[0], w[1], vec3<f32>(d, d, 0.0));
 }
 
 //! IQ4_XS q8
@@ -365,68 +396,77 @@ fn $F_qinit(tid: u32) {
 fn $F_kb4(q: u32) -> u32 {
     return $F_KB[q & 0xfu] | $F_KB[16u + ((q >> 8u) & 0xfu)] | $F_KB[32u + ((q >> 16u) & 0xfu)] | $F_KB[48u + ((q >> 24u) & 0xfu)];
 }
-fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+fn $F_qitem(ro: u32, s: u32) -> QItem {
     let b = (ro >> 2u) + (s >> 3u) * 34u;
     let ib = s & 7u;
+    let q0 = b + 2u + 4u * ib;
     let h = $W[b];
-    let ls = ($W[b + 1u] >> (4u * ib)) & 0xfu;
+    let l = $W[b + 1u];
+    let q = vec4<u32>($W[q0], $W[q0 + 1u], $W[q0 + 2u], $W[q0 + 3u]);
+    let ls = (l >> (4u * ib)) & 0xfu;
     let hs = (h >> (16u + 2u * ib)) & 3u;
     let dl = $F_h2f(h & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
-    let q0 = b + 2u + 4u * ib;
-    for (var i = 0u; i < 4u; i++) {
-        let q = $W[q0 + i];
-        (*w)[i] = $F_kb4(q);
-        (*w)[i + 4u] = $F_kb4(q >> 4u);
-    }
-    return vec3<f32>(dl, dl, 0.0);
+    let lo = vec4<u32>($F_kb4(q.x), $F_kb4(q.y), $F_kb4(q.z), $F_kb4(q.w));
+    let hi = vec4<u32>($F_kb4(q.x >> 4u), $F_kb4(q.y >> 4u), $F_kb4(q.z >> 4u), $F_kb4(q.w >> 4u));
+    return QItem(lo, hi, vec3<f32>(dl, dl, 0.0));
 }
 
 //! Q4_K q8
 fn $F_qinit(tid: u32) {}
-fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+fn $F_qitem(ro: u32, s: u32) -> QItem {
     let b = ro + (s >> 3u) * 144u;
     let j = s & 7u;
-    let dm = $F_kdm(b, j);
     let q0 = (b >> 2u) + 4u + 8u * (j >> 1u);
-    let sh = 4u * (j & 1u);
-    for (var i = 0u; i < 8u; i++) {
-        (*w)[i] = ($W[q0 + i] >> sh) & 0x0f0f0f0fu;
-    }
-    return vec3<f32>(dm.x, dm.x, -dm.y);
+    let v0 = vec4<u32>($W[q0], $W[q0 + 1u], $W[q0 + 2u], $W[q0 + 3u]);
+    let v1 = vec4<u32>($W[q0 + 4u], $W[q0 + 5u], $W[q0 + 6u], $W[q0 + 7u]);
+    let dm = $F_kdm8(b, j);
+    let sh = vec4<u32>(4u * (j & 1u));
+    let m = vec4<u32>(0x0f0f0f0fu);
+    return QItem((v0 >> sh) & m, (v1 >> sh) & m, vec3<f32>(dm.x, dm.x, -dm.y));
 }
 
 //! Q5_K q8
 fn $F_qinit(tid: u32) {}
-fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+fn $F_qitem(ro: u32, s: u32) -> QItem {
     let b = ro + (s >> 3u) * 176u;
     let j = s & 7u;
-    let dm = $F_kdm(b, j);
     let qh0 = (b >> 2u) + 4u;
     let q0 = (b >> 2u) + 12u + 8u * (j >> 1u);
-    let sh = 4u * (j & 1u);
-    for (var i = 0u; i < 8u; i++) {
-        (*w)[i] = (($W[q0 + i] >> sh) & 0x0f0f0f0fu) | ((($W[qh0 + i] >> j) & 0x01010101u) << 4u);
-    }
-    return vec3<f32>(dm.x, dm.x, -dm.y);
+    let v0 = vec4<u32>($W[q0], $W[q0 + 1u], $W[q0 + 2u], $W[q0 + 3u]);
+    let v1 = vec4<u32>($W[q0 + 4u], $W[q0 + 5u], $W[q0 + 6u], $W[q0 + 7u]);
+    let h0 = vec4<u32>($W[qh0], $W[qh0 + 1u], $W[qh0 + 2u], $W[qh0 + 3u]);
+    let h1 = vec4<u32>($W[qh0 + 4u], $W[qh0 + 5u], $W[qh0 + 6u], $W[qh0 + 7u]);
+    let dm = $F_kdm8(b, j);
+    let sh = vec4<u32>(4u * (j & 1u));
+    let hj = vec4<u32>(j);
+    let m = vec4<u32>(0x0f0f0f0fu);
+    let one = vec4<u32>(0x01010101u);
+    let w0 = ((v0 >> sh) & m) | (((h0 >> hj) & one) << vec4<u32>(4u));
+    let w1 = ((v1 >> sh) & m) | (((h1 >> hj) & one) << vec4<u32>(4u));
+    return QItem(w0, w1, vec3<f32>(dm.x, dm.x, -dm.y));
 }
 
 //! Q6_K q8
 fn $F_qinit(tid: u32) {}
-// Item layout as in the Q6_K section; the 6-bit values are made signed (q − 32) bytewise:
-// setting each byte's top bit first keeps the borrow from crossing bytes.
-fn $F_qitem(ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
+// The 6-bit values of ql/qh words made signed (q − 32) bytewise: setting each byte's top bit
+// first keeps the borrow from crossing bytes.
+fn $F_six(l: vec4<u32>, h: vec4<u32>, sl: vec4<u32>, sh: vec4<u32>) -> vec4<u32> {
+    let v = ((l >> sl) & vec4<u32>(0x0f0f0f0fu)) | (((h >> sh) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    return ((v | vec4<u32>(0x80808080u)) - vec4<u32>(0x20202020u)) ^ vec4<u32>(0x80808080u);
+}
+// Item layout as in the Q6_K section.
+fn $F_qitem(ro: u32, s: u32) -> QItem {
     let b = ro + (s >> 3u) * 210u;
     let j = s & 7u;
     let half = j >> 2u;
     let qi = j & 3u;
-    let ql = $F_win8(b + 64u * half + 32u * (qi & 1u));
-    let qh = $F_win8(b + 128u + 32u * half);
+    let ql = $F_win8v(b + 64u * half + 32u * (qi & 1u));
+    let qh = $F_win8v(b + 128u + 32u * half);
     let scs = $F_u16(b + 192u + 8u * half + 2u * qi);
     let d = $F_f16(b + 208u);
-    let sl = 4u * (qi >> 1u);
-    for (var i = 0u; i < 8u; i++) {
-        let v = ((ql[i] >> sl) & 0x0f0f0f0fu) | (((qh[i] >> (2u * qi)) & 0x03030303u) << 4u);
-        (*w)[i] = ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;
-    }
-    return vec3<f32>(d * f32((i32(scs) << 24u) >> 24u), d * f32((i32(scs) << 16u) >> 24u), 0.0);
+    let sl = vec4<u32>(4u * (qi >> 1u));
+    let sh = vec4<u32>(2u * qi);
+    let lo = $F_six(ql[0], qh[0], sl, sh);
+    let hi = $F_six(ql[1], qh[1], sl, sh);
+    return QItem(lo, hi, vec3<f32>(d * f32((i32(scs) << 24u) >> 24u), d * f32((i32(scs) << 16u) >> 24u), 0.0));
 }

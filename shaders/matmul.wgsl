@@ -25,7 +25,11 @@
 //   quantize kernel instead. Integer sums are exact and a row's accumulation order does not
 //   depend on N, so a row of an N-row run equals the 1-row run bit for bit. Inputs wider than
 //   NT run as several dispatches over one quantization: rows n0 .. n0 + N.
-// Constants: WG, R, NT. Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
+// The int8 loop is unrolled by the generator (`//#unroll`): each lane takes U items per round
+// for all R rows (U·R items' loads in flight), then adds them in item order; rows and
+// segments are indexed by constants, so no per-thread array lives in memory.
+// Constants: WG, R, RW (weight rows per workgroup: R, or R / 2 with PAIR), NT, U (int8 items
+// per round), RNT = R·NT, SEGS (weights). Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
 // SPLIT, Q8.
 // Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
 // rows, ldy, col_off; 20, 21 SPLIT's period and half; 22 n0 (Q8).
@@ -94,11 +98,6 @@
 
 const SUB4: u32 = W0_SUB4;
 const HOLD_X: bool = NT <= R;
-//#if PAIR
-const RW: u32 = R / 2u;
-//#else
-const RW: u32 = R;
-//#endif
 
 var<workgroup> red: array<f32, R * NT * WG>;
 
@@ -122,25 +121,59 @@ fn item(seg: u32, ro: u32, s: u32, v: ptr<function, array<vec4<f32>, SUB4>>) -> 
 }
 
 //#if Q8
-// Item s of a segment's row at byte ro as packed int8 words and (s0, s1, m) (see qitem in
-// dequant.wgsl).
-fn qitem(seg: u32, ro: u32, s: u32, w: ptr<function, array<u32, 8>>) -> vec3<f32> {
-//#if SEG4
-    if seg == 3u {
-        return W3_qitem(ro, s, w);
+// An int8 work item: 32 weights as packed int8 words (value e in byte e % 4 of lo/hi word
+// (e % 16) / 4, hi for e ≥ 16) and (s0, s1, m) (see the q8 sections of dequant.wgsl).
+struct QItem {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+    sc: vec3<f32>,
+}
+
+// Item s of the R row slots. Unrolled with constant indices and, without PAIR, one branch per
+// weight around all R rows (seg is uniform in a workgroup): the loads of every row issue
+// before any is used, and nothing lands in function-local memory.
+fn qrows(seg: u32, ro: array<u32, R>, s: u32) -> array<QItem, R> {
+    var q: array<QItem, R>;
+//#if PAIR
+//#unroll r RW
+    q[%{r}] = W0_qitem(ro[%{r}], s);
+    q[RW + %{r}u] = W1_qitem(ro[RW + %{r}u], s);
+//#end
+//#else
+//#unroll g SEGS
+    if seg == %{g}u {
+//#unroll r R
+        q[%{r}] = W%{g}_qitem(ro[%{r}], s);
+//#end
     }
+//#end
 //#endif
-//#if SEG3
-    if seg == 2u {
-        return W2_qitem(ro, s, w);
+    return q;
+}
+
+// Adds item s of every row slot times the activations of every input row to acc (order per
+// (row, input row) fixed: the item sequence of the lane, whatever NT and U are).
+fn qacc(acc: ptr<function, array<f32, R * NT>>, q: array<QItem, R>, s: u32, n0: u32, n_rows: u32, items: u32) {
+//#unroll n NT
+    {
+        let xb = (n0 + min(%{n}u, n_rows - 1u)) * items + s;
+        let a = XQ[2u * xb];
+        let b = XQ[2u * xb + 1u];
+        let xd = XD[xb];
+//#unroll r R
+        {
+            let w = q[%{r}];
+            let s0 = dot4I8Packed(w.lo.x, a.x) + dot4I8Packed(w.lo.y, a.y) + dot4I8Packed(w.lo.z, a.z) + dot4I8Packed(w.lo.w, a.w);
+            let s1 = dot4I8Packed(w.hi.x, b.x) + dot4I8Packed(w.hi.y, b.y) + dot4I8Packed(w.hi.z, b.z) + dot4I8Packed(w.hi.w, b.w);
+            // Explicit fmas, no a·b + c left for the compiler to contract: variants for
+            // different NT and R must round a row's sum the same way (batch invariance).
+            let t = fma(w.sc.x, f32(s0), w.sc.y * f32(s1));
+            let v = %{r}u * NT + %{n}u;
+            (*acc)[v] = fma(xd.x, t, fma(w.sc.z, xd.y, (*acc)[v]));
+        }
+//#end
     }
-//#endif
-//#if SEG2
-    if seg == 1u {
-        return W1_qitem(ro, s, w);
-    }
-//#endif
-    return W0_qitem(ro, s, w);
+//#end
 }
 //#else
 // Four activations of row-major x starting at element e (a multiple of 4).
@@ -261,40 +294,30 @@ fn main(
     // again (never written), so the loads need no guard.
     var rseg: array<u32, R>;
     var ro: array<u32, R>;
-    for (var r = 0u; r < R; r++) {
+//#unroll r R
 //#if PAIR
-        rseg[r] = r / RW;
+    rseg[%{r}] = %{r}u / RW;
 //#else
-        rseg[r] = seg;
+    rseg[%{r}] = seg;
 //#endif
-        ro[r] = min(m0 + r % RW, m_rows - 1u) * rb;
-    }
+    ro[%{r}] = min(m0 + %{r}u % RW, m_rows - 1u) * rb;
+//#end
     var acc: array<f32, R * NT>;
 //#if Q8
     let n0 = pu(22u);
     let items = k / 32u;
-    for (var s = tid; s < items; s += WG) {
-        var w: array<array<u32, 8>, R>;
-        var sc: array<vec3<f32>, R>;
-        for (var r = 0u; r < R; r++) {
-            var wr: array<u32, 8>;
-            sc[r] = qitem(rseg[r], ro[r], s, &wr);
-            w[r] = wr;
-        }
-        for (var n = 0u; n < NT; n++) {
-            let xb = (n0 + min(n, n_rows - 1u)) * items + s;
-            let a = XQ[2u * xb];
-            let b = XQ[2u * xb + 1u];
-            let xd = XD[xb];
-            for (var r = 0u; r < R; r++) {
-                let s0 = dot4I8Packed(w[r][0], a.x) + dot4I8Packed(w[r][1], a.y) + dot4I8Packed(w[r][2], a.z) + dot4I8Packed(w[r][3], a.w);
-                let s1 = dot4I8Packed(w[r][4], b.x) + dot4I8Packed(w[r][5], b.y) + dot4I8Packed(w[r][6], b.z) + dot4I8Packed(w[r][7], b.w);
-                // Explicit fmas, no a·b + c left for the compiler to contract: variants for
-                // different NT and R must round a row's sum the same way (batch invariance).
-                let t = fma(sc[r].x, f32(s0), sc[r].y * f32(s1));
-                acc[r * NT + n] = fma(xd.x, t, fma(sc[r].z, xd.y, acc[r * NT + n]));
-            }
-        }
+    // U items per lane and round, all their loads before any use; the remainder one by one.
+    var s = tid;
+    for (; s + (U - 1u) * WG < items; s += U * WG) {
+//#unroll u U
+        let q%{u} = qrows(seg, ro, s + %{u}u * WG);
+//#end
+//#unroll u U
+        qacc(&acc, q%{u}, s + %{u}u * WG, n0, n_rows, items);
+//#end
+    }
+    for (; s < items; s += WG) {
+        qacc(&acc, qrows(seg, ro, s), s, n0, n_rows, items);
     }
 //#else
     let items = k / W0_SUB;
@@ -358,18 +381,20 @@ fn main(
 //#endif
 //#endif
 //#if SG
-    for (var v = 0u; v < R * NT; v++) {
-        let t = subgroupAdd(acc[v]);
+//#unroll v RNT
+    {
+        let t = subgroupAdd(acc[%{v}]);
         if sg_lane == 0u {
-            red[v * WG + sg_id] = t;
+            red[%{v}u * WG + sg_id] = t;
         }
     }
+//#end
     workgroupBarrier();
     let parts = n_sg;
 //#else
-    for (var v = 0u; v < R * NT; v++) {
-        red[v * WG + tid] = acc[v];
-    }
+//#unroll v RNT
+    red[%{v}u * WG + tid] = acc[%{v}];
+//#end
     workgroupBarrier();
     for (var h = WG / 2u; h > 0u; h >>= 1u) {
         if tid < h {

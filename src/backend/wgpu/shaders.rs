@@ -1,8 +1,9 @@
 //! WGSL generation: the kernel templates in `shaders/*.wgsl` specialised by constants, flags
 //! and the weight types they decode.
 //!
-//! Templates use three line directives: `//#if FLAG` / `//#if !FLAG`, `//#else`, `//#endif`
-//! (nestable) select text by flag; `//#dequant NAME` splices the decoder of the type bound to
+//! Templates use line directives: `//#if FLAG` / `//#if !FLAG`, `//#else`, `//#endif`
+//! (nestable) select text by flag; `//#unroll VAR COUNT` … `//#end` (nestable, COUNT a literal
+//! or a constant of the key) repeats its body with `%{VAR}` replaced by 0, 1, …; `//#dequant NAME` splices the decoder of the type bound to
 //! the `array<u32>` buffer `NAME` (functions `NAME_dq4(row_byte_offset, element)`,
 //! `NAME_dq1(element)` and the GEMV work item `NAME_item`). Every decoder is written once in
 //! `shaders/dequant.wgsl`. `//#dequant8 NAME` adds the int8 work item `NAME_qitem` (section
@@ -237,7 +238,71 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
     if !stack.is_empty() {
         return Err(format!("{}: unterminated #if", key.file));
     }
-    Ok(out)
+    let lines: Vec<&str> = out.lines().collect();
+    let mut unrolled = String::with_capacity(out.len() * 2);
+    unroll(&lines, key, &mut unrolled)?;
+    Ok(unrolled)
+}
+
+/// The trip count of `//#unroll VAR COUNT`: a literal or one of the key's constants.
+fn unroll_count(count: &str, key: &ShaderKey) -> Result<u32, String> {
+    count
+        .parse()
+        .ok()
+        .or_else(|| key.consts.iter().find(|(n, _)| *n == count).map(|c| c.1))
+        .ok_or_else(|| format!("{}: unknown unroll count '{count}'", key.file))
+}
+
+/// Expands `//#unroll VAR COUNT` … `//#end` blocks (nestable): the body repeated COUNT times
+/// with `%{VAR}` replaced by 0, 1, …. Naga emits no unroll hints and drivers may keep a loop
+/// whose body indexes function-local arrays (which then live in memory, not registers);
+/// unrolled copies index them with constants, and every load of the copies sits in one block.
+fn unroll(lines: &[&str], key: &ShaderKey, out: &mut String) -> Result<(), String> {
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim();
+        let Some(spec) = t.strip_prefix("//#unroll ") else {
+            if t == "//#end" {
+                return Err(format!("{}: //#end without //#unroll", key.file));
+            }
+            out.push_str(lines[i]);
+            out.push('\n');
+            i += 1;
+            continue;
+        };
+        let mut words = spec.split_whitespace();
+        let (var, count) = match (words.next(), words.next()) {
+            (Some(v), Some(c)) => (v, unroll_count(c, key)?),
+            _ => return Err(format!("{}: malformed '{t}'", key.file)),
+        };
+        // The matching //#end.
+        let mut depth = 0;
+        let mut end = None;
+        for (j, l) in lines.iter().enumerate().skip(i + 1) {
+            let l = l.trim();
+            if l.starts_with("//#unroll ") {
+                depth += 1;
+            } else if l == "//#end" {
+                if depth == 0 {
+                    end = Some(j);
+                    break;
+                }
+                depth -= 1;
+            }
+        }
+        let end = end.ok_or_else(|| format!("{}: unterminated '{t}'", key.file))?;
+        let token = format!("%{{{var}}}");
+        for k in 0..count {
+            let body: Vec<String> = lines[i + 1..end]
+                .iter()
+                .map(|l| l.replace(&token, &k.to_string()))
+                .collect();
+            let body: Vec<&str> = body.iter().map(String::as_str).collect();
+            unroll(&body, key, out)?;
+        }
+        i = end + 1;
+    }
+    Ok(())
 }
 
 /// Input-row buckets of the GEMV kernel (`NT`): the smallest at least N is used; wider
@@ -254,6 +319,8 @@ pub struct GemvShape {
     pub nt: u32,
     pub r: u32,
     pub wg: u32,
+    /// Int8 items per lane and round whose loads issue together (per weight row).
+    pub u: u32,
 }
 
 fn env_u32(name: &str) -> Option<u32> {
@@ -264,7 +331,9 @@ fn env_u32(name: &str) -> Option<u32> {
 /// Four weight rows per workgroup while the activations of a pass fit in registers with them
 /// (N ≤ 2), two beyond. Threads: the largest workgroup whose last round over the items is at
 /// least 7/8 busy, so K = 5120 (160 items of 32) takes 32 threads and K = 17408 takes 64.
-/// `DELTASPEC_WGPU_GEMV_WG` and `DELTASPEC_WGPU_GEMV_ROWS` override both (tuning runs).
+/// Int8 rounds take U = 2 items per lane (2R items' loads in flight).
+/// `DELTASPEC_WGPU_GEMV_WG`, `DELTASPEC_WGPU_GEMV_ROWS` and `DELTASPEC_WGPU_GEMV_UNROLL`
+/// (1, 2, 4) override them (tuning runs).
 pub fn gemv_shape(n: usize, items: usize) -> GemvShape {
     let nt = GEMV_BUCKETS
         .iter()
@@ -284,7 +353,11 @@ pub fn gemv_shape(n: usize, items: usize) -> GemvShape {
                 .find(|&w| items.div_ceil(w as usize) * w as usize * 7 <= items * 8)
                 .unwrap_or(32)
         });
-    GemvShape { nt, r, wg }
+    // Items in flight per lane: U × R (the hip GEMV was latency-bound with one).
+    let u = env_u32("DELTASPEC_WGPU_GEMV_UNROLL")
+        .filter(|u| [1, 2, 4].contains(u))
+        .unwrap_or(2);
+    GemvShape { nt, r, wg, u }
 }
 
 /// The GEMV kernel for weights of type `t`: `segs` weights (1..=4) into as many outputs, or a
@@ -293,7 +366,11 @@ pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: 
     let mut k = ShaderKey::new("matmul")
         .c("WG", s.wg)
         .c("R", s.r)
+        .c("RW", if pair { s.r / 2 } else { s.r })
         .c("NT", s.nt)
+        .c("U", s.u)
+        .c("RNT", s.r * s.nt)
+        .c("SEGS", segs.max(1) as u32)
         .flag_if(sg, "SG")
         .flag_if(xv4, "XV4")
         .flag_if(pair, "PAIR");
@@ -485,6 +562,32 @@ mod tests {
     }
 
     #[test]
+    fn unroll_expands_nested_blocks_with_constant_counts() {
+        let key = ShaderKey::new("matmul").c("R", 2);
+        let src = [
+            "a",
+            "//#unroll r R",
+            "  //#unroll n 2",
+            "x[%{r}][%{n}u];",
+            "//#end",
+            "y%{r}",
+            "//#end",
+            "b",
+        ];
+        let mut out = String::new();
+        unroll(&src, &key, &mut out).unwrap();
+        let want = "a\nx[0][0u];\nx[0][1u];\ny0\nx[1][0u];\nx[1][1u];\ny1\nb\n";
+        assert_eq!(out, want);
+        for bad in [
+            &["//#unroll r R"][..],
+            &["//#end"],
+            &["//#unroll r Q", "//#end"],
+        ] {
+            assert!(unroll(bad, &key, &mut String::new()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn every_shader_file_is_a_template() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
         for entry in std::fs::read_dir(&dir).unwrap() {
@@ -510,14 +613,8 @@ mod tests {
         assert_eq!(item_elems(DType::Q4_0), 4);
         let s = gemv_shape(1, 160);
         assert_eq!((s.nt, s.r, s.wg), (1, 4, 32));
-        assert_eq!(
-            gemv_shape(3, 544),
-            GemvShape {
-                nt: 4,
-                r: 2,
-                wg: 64
-            }
-        );
+        let s = gemv_shape(3, 544);
+        assert_eq!((s.nt, s.r, s.wg), (4, 2, 64));
         assert_eq!(gemv_shape(8, 4096).wg, 256);
     }
 
