@@ -151,3 +151,127 @@ fn drafters_on_gpu_backends_match_cpu() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Drafts of 3, then 2, 2, 2, 2 new context rows (so the 2-row graph runs once directly, is
+/// captured, then replayed on hip), with or without the logits as outputs.
+fn repeated(
+    be: &mut dyn Backend,
+    t: &Qwen35,
+    d: &DFlash,
+    f: &[f32],
+    tokens: &[u32],
+    logits: bool,
+) -> Vec<DraftOutput> {
+    let w = d.cfg.feature_width();
+    let rows = f.len() / w;
+    let mut ds = DraftSession::new(d, t, be, rows + d.cfg.block_size).unwrap();
+    let mut out = Vec::new();
+    let mut at = 0;
+    for n in [3, 2, 2, 2, 2] {
+        let n = n.min(rows - at);
+        out.push(
+            ds.draft_with(&f[at * w..(at + n) * w], tokens[at + n], logits)
+                .unwrap(),
+        );
+        at += n;
+    }
+    out
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Everything but the logits, bit for bit.
+fn same_proposals(tag: &str, got: &[DraftOutput], want: &[DraftOutput]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.tokens, w.tokens, "{tag} round {i}: proposals");
+        assert!(!g.tokens.is_empty(), "{tag} round {i}: no proposals");
+        assert_eq!(
+            bits(&g.confidence_logit),
+            bits(&w.confidence_logit),
+            "{tag} round {i}: confidence logits"
+        );
+    }
+}
+
+/// The spec loop's greedy chain drafts without reading the logits back: same proposals and
+/// confidences as with them, on the CPU and on hip. On hip, captured-and-replayed draft graphs
+/// give exactly what launching node by node gives (logits included), and a logit-free draft
+/// reads back only a few bytes.
+#[test]
+fn logit_free_and_replayed_drafts_are_bit_identical() {
+    let dir = scratch("replay");
+    let t = Qwen35::load(&fixtures().join("models").join("tiny-a")).unwrap();
+    let out = dir.join("dflash-a.gguf");
+    convert_dflash(
+        &fixtures().join("drafters").join("dflash-a"),
+        &out,
+        OutType::F32,
+    )
+    .unwrap();
+    let r = read_safetensors(
+        &fixtures()
+            .join("drafters")
+            .join("dflash-a")
+            .join("reference.safetensors"),
+    );
+    let tokens: Vec<u32> = r["tokens"].1.iter().map(|&v| v as u32).collect();
+    for dspark in [false, true] {
+        let d = if dspark {
+            with_dspark(DFlash::load_for(&out, &t).unwrap(), t.cfg.vocab)
+        } else {
+            DFlash::load_for(&out, &t).unwrap()
+        };
+        let tag = if dspark { "dspark" } else { "dflash" };
+        let f = features(&t, &d, &tokens[..tokens.len() - 1]);
+        let mut cpu = backend::create("cpu").unwrap();
+        let with = repeated(cpu.as_mut(), &t, &d, &f, &tokens, true);
+        let without = repeated(cpu.as_mut(), &t, &d, &f, &tokens, false);
+        same_proposals(&format!("{tag} cpu"), &without, &with);
+        assert!(
+            without
+                .iter()
+                .all(|o| o.logits.is_empty() && o.raw_logits.is_empty())
+        );
+        assert!(with.iter().all(|o| !o.logits.is_empty()));
+        if dspark {
+            assert!(with.iter().all(|o| !o.confidence_logit.is_empty()));
+        }
+
+        let Some(mut direct) = common::open_hip("logit_free_and_replayed_drafts") else {
+            continue;
+        };
+        direct.set_graphs(false);
+        let want = repeated(&mut direct, &t, &d, &f, &tokens, true);
+        compare(&format!("{tag} hip direct"), &want, &with);
+        let Some(mut replay) = common::open_hip("logit_free_and_replayed_drafts") else {
+            continue;
+        };
+        if !replay.graphs_active() {
+            eprintln!("{}: no graph capture, replay half skipped", replay.name());
+            continue;
+        }
+        let got = repeated(&mut replay, &t, &d, &f, &tokens, true);
+        let s = replay.graph_stats();
+        assert!(s.captures >= 1 && s.replays >= 2, "{tag}: {s:?}");
+        same_proposals(&format!("{tag} hip replay"), &got, &want);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(bits(&g.logits), bits(&w.logits), "{tag} round {i}: logits");
+            assert_eq!(bits(&g.raw_logits), bits(&w.raw_logits), "{tag} round {i}");
+        }
+        let io0 = replay.run_io();
+        let got = repeated(&mut replay, &t, &d, &f, &tokens, false);
+        let io = replay.run_io();
+        same_proposals(&format!("{tag} hip logit-free"), &got, &want);
+        // Per run: the proposals (B−1 i32, one readback per Markov step with DSpark) and the
+        // confidence logits; never a vocab-wide row.
+        let per_run = (io.readback_bytes - io0.readback_bytes) / (io.runs - io0.runs);
+        assert!(
+            per_run < (t.cfg.vocab * 4) as u64,
+            "{tag}: {per_run} B read back per logit-free draft"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -262,3 +262,48 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Where the unfused GEMV of a tile is a wide variant (NVIDIA; the emulator poses as one), a
+/// tile in `set_unfused_wide_tiles` runs its groups unfused (the default leaves 16-row groups
+/// unfused), with the same results bit for bit; other tiles stay fused.
+#[test]
+fn wide_tiles_can_stay_unfused() {
+    let k = 256;
+    let dtype = DType::Q8_0;
+    let (Some(mut sel), Some(mut off)) = (gpu("wide_unfused", true), gpu("wide_unfused", false))
+    else {
+        return;
+    };
+    if !sel.name().starts_with("hip:cuda") {
+        eprintln!(
+            "SKIP wide_tiles_can_stay_unfused: no wide variants on {}",
+            sel.name()
+        );
+        return;
+    }
+    sel.set_unfused_wide_tiles(&[16]);
+    let (c_sel, c_off) = (sel.launch_counter(), off.launch_counter());
+    for n in [8, 16] {
+        let mut rng = Rng::new(2000 + n as u64);
+        let w = weights(&mut rng, dtype, k);
+        let g = graph(n, k, dtype);
+        let inputs: Vec<(&str, HostData)> = ["x", "h", "o", "g"]
+            .into_iter()
+            .map(|name| (name, HostData::F32(rng.vec_normal(n * k, 1.0))))
+            .collect();
+        let (a, l_sel) = run(&mut sel, &|| c_sel.get(), &g, &w, &inputs);
+        let (b, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
+        for ((name, a), (_, b)) in a.iter().zip(&b) {
+            assert!(
+                f32s(a)
+                    .iter()
+                    .zip(&f32s(b))
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "n={n}: {name} differs"
+            );
+        }
+        // 16 rows: unfused but for the folded gate (one launch less than fusion off); 8: fused.
+        let want = if n == 16 { 4 + 4 + 2 } else { 6 };
+        assert_eq!(l_sel, want, "n={n}: launches (fusion off: {l_off})");
+    }
+}

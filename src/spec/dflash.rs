@@ -382,7 +382,9 @@ impl Drafter for DFlashDrafter {
     }
 
     fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
-        let (out, n) = self.run_draft(env, req)?;
+        // A greedy chain needs only the proposals (and confidences): the block's logits stay
+        // on the device. Sampling draws from them.
+        let (out, n) = self.run_draft(env, req, !req.sampling.is_greedy())?;
         let n = self.gate_chain(&out, n);
         if req.sampling.is_greedy() {
             return Ok(Draft::greedy(out.tokens[..n].to_vec()));
@@ -406,7 +408,7 @@ impl Drafter for DFlashDrafter {
     ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
         // A tree has its own budget: no gate, and its commit labels nothing.
         self.last = None;
-        let (out, n) = self.run_draft(env, req)?;
+        let (out, n) = self.run_draft(env, req, true)?;
         let vocab = env.target.cfg.vocab;
         if out.logits.len() < n * vocab {
             return Err(drafter_err(format!(
@@ -487,11 +489,13 @@ impl DFlashDrafter {
         }
     }
 
-    /// Runs the draft graph for `req`: the block's output and how many proposals to use.
+    /// Runs the draft graph for `req`: the block's output (with its logits when `logits`) and
+    /// how many proposals to use.
     fn run_draft(
         &mut self,
         env: &mut DraftEnv<'_>,
         req: &DraftRequest,
+        logits: bool,
     ) -> Result<(crate::model::draft::DraftOutput, usize), SpecError> {
         let bsz = self.model.cfg.block_size;
         let p = self.parts()?;
@@ -509,7 +513,7 @@ impl DFlashDrafter {
         };
         let out = grown
             .and_then(|()| self.ring.read(from, end))
-            .and_then(|feats| ds.draft(&feats, req.root));
+            .and_then(|feats| ds.draft_with(&feats, req.root, logits));
         self.parts = Some(ds.into_parts());
         let out = out?;
 

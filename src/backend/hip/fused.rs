@@ -14,6 +14,13 @@
 //! and unfused runs agree bit for bit. The `SliceLast` halves wgpu writes directly stay separate
 //! launches here. `DELTASPEC_HIP_FUSION=0` (or [`HipBackend::set_fusion`]) turns fusion off.
 //!
+//! The fused kernels have no wide (several weight rows per warp) variants, so where the unfused
+//! GEMV of a tile runs a wide one, fusing trades it for the portable kernel. At 16 input rows
+//! (DFlash drafter blocks and their verify steps) that lost on the H200: 27B verify 57.1 ms
+//! fused against 47.0 ms unfused (docs/perf.md, 2026-12-03). Groups whose tile is in
+//! `HipBackend::unfused_wide_tiles` ([`HipBackend::set_unfused_wide_tiles`]) and whose unfused GEMV is wide stay unfused: 16 by default,
+//! `DELTASPEC_HIP_FUSION=narrow` adds 8 (not measured yet), `=all` fuses every tile.
+//!
 //! The group runs at its first member, so later outputs are written early; the plan keeps the
 //! buffers that could collide live with [`fuse::extra_uses`] (applied in `compile`).
 
@@ -63,10 +70,19 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         let Some((_, n, ..)) = int8_matmul(be, g, grp.members[0]) else {
             continue;
         };
+        let nt = kernels::qgemv_tile(n);
+        // Where the unfused GEMV is a wide variant (and not the matrix-core kernel), a tile in
+        // `unfused_wide_tiles` stays unfused (see the module docs).
+        if be.unfused_wide_tiles.contains(&nt)
+            && be.qmma_tile(n).is_none()
+            && lower::qgemv_wide(be, nt).is_some()
+        {
+            continue;
+        }
         // The matrix-core kernel has no gate/up variant: its widths keep the SwiGlu launch.
-        let swiglu = grp.swiglu.filter(|_| {
-            kernels::qgemv_tile(n) <= kernels::QGEMV_GLU_MAX_TILE && be.qmma_tile(n).is_none()
-        });
+        let swiglu = grp
+            .swiglu
+            .filter(|_| nt <= kernels::QGEMV_GLU_MAX_TILE && be.qmma_tile(n).is_none());
         let gi = f.groups.len();
         for (k, &m) in grp.members.iter().enumerate() {
             f.role[m] = Some((gi, k == 0));

@@ -950,6 +950,18 @@ fn attention(
     Ok(())
 }
 
+/// Weight rows per warp of the wide `qgemv_<type>_<nt>x<r>` variant an unfused int8 GEMV of
+/// tile `nt` uses on `be`, or `None` for the portable kernel.
+pub(super) fn qgemv_wide(be: &HipBackend, nt: u32) -> Option<u32> {
+    let wide = match be.qgemv_wide {
+        Some(0) => kernels::qgemv_wide_default(nt),
+        r => r,
+    };
+    wide.filter(|r| {
+        be.drv.api() == super::driver::Api::Cuda && kernels::QGEMV_WIDE.contains(&(nt, *r))
+    })
+}
+
 /// `y = x · wᵀ` with int8 activations: [`quantize_input`], then `qgemv_<type>_<tile>` reads the
 /// quantized rows (see `hip/qmatmul.hip`), or `qmma_<type>_<tile>` where the matrix-core kernel
 /// is on (`hip/qmma.hip`, bit-identical). `gate`: the folded attention output gate (see
@@ -988,13 +1000,7 @@ pub(super) fn qgemv(
         );
     }
     let nt = kernels::qgemv_tile(n);
-    let wide = match be.qgemv_wide {
-        Some(0) => kernels::qgemv_wide_default(nt),
-        r => r,
-    };
-    let wide = wide.filter(|r| {
-        be.drv.api() == super::driver::Api::Cuda && kernels::QGEMV_WIDE.contains(&(nt, *r))
-    });
+    let wide = qgemv_wide(be, nt);
     let (name, rows) = match wide {
         Some(r) => (format!("qgemv_{suffix}_{nt}x{r}"), r),
         None => (format!("qgemv_{suffix}_{nt}"), kernels::qgemv_rows(nt)),

@@ -32,6 +32,20 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Host↔device traffic of `run` calls (cumulative; the difference over a run is that run's).
+/// A replayed run issues one graph launch instead of its kernel launches, so a step's cost on
+/// the host is its uploads, readbacks and syncs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunIo {
+    pub runs: u64,
+    /// Input uploads (each a copy and a stream sync) and their bytes.
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    /// Output readbacks (each a copy and a stream sync) and their bytes.
+    pub readbacks: u64,
+    pub readback_bytes: u64,
+}
+
 /// What `deltaspec backends` prints about this backend.
 #[derive(Clone, Debug)]
 pub struct HipReport {
@@ -132,9 +146,14 @@ pub struct HipBackend {
     capturing: std::cell::Cell<bool>,
     /// Fused int8 GEMV launches ([`fused`]); `DELTASPEC_HIP_FUSION=0` turns them off.
     fusion: bool,
+    /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
+    /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
+    unfused_wide_tiles: &'static [u32],
     /// Kernel launches so far (tests and profile mode count launches per run with it).
     /// Shared so a test can read it while a session holds the backend.
     launches: std::rc::Rc<std::cell::Cell<u64>>,
+    /// Uploads and readbacks of runs so far.
+    io: std::cell::Cell<RunIo>,
     /// Weight rows per warp of the int8 GEMV at 8 and 16 input rows, where a wide variant
     /// exists (NVIDIA only: `kernels::QGEMV_WIDE`); `None` = the portable kernel, `Some(0)` =
     /// `kernels::qgemv_wide_default` (the default). `DELTASPEC_HIP_QGEMV_ROWS=2|4|portable`.
@@ -202,7 +221,13 @@ impl HipBackend {
                 Ok("f32") | Ok("exact")
             ),
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
+            unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
+                Ok("all") => &[],
+                Ok("narrow") => &[8, 16],
+                _ => &[16],
+            },
             launches: Default::default(),
+            io: Default::default(),
             // Unset: the measured best per tile (`Some(0)`); "portable" (or 1): off.
             qgemv_wide: match std::env::var("DELTASPEC_HIP_QGEMV_ROWS").as_deref() {
                 Err(_) => Some(0),
@@ -350,14 +375,28 @@ impl HipBackend {
         Ok(())
     }
 
-    /// Fused int8 GEMV launches on (the default) or off, for graphs compiled afterwards.
+    /// Fused int8 GEMV launches on (the default) or off, for graphs compiled afterwards. On
+    /// here fuses every tile, wide ones included (`DELTASPEC_HIP_FUSION=all`; tests count the
+    /// fused launches).
     pub fn set_fusion(&mut self, on: bool) {
         self.fusion = on;
+        self.unfused_wide_tiles = &[];
+    }
+
+    /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for
+    /// graphs compiled afterwards.
+    pub fn set_unfused_wide_tiles(&mut self, tiles: &'static [u32]) {
+        self.unfused_wide_tiles = tiles;
     }
 
     /// Kernel launches issued so far (the difference over one run is that run's launch count).
     pub fn launches(&self) -> u64 {
         self.launches.get()
+    }
+
+    /// Uploads and readbacks of runs so far.
+    pub fn run_io(&self) -> RunIo {
+        self.io.get()
     }
 
     /// The launch counter itself, readable while a session borrows the backend.
@@ -811,6 +850,11 @@ impl Backend for HipBackend {
         self.prepare_f32_views(ei, weights)?;
 
         let ex = &self.execs[ei];
+        let io0 = self.io.get();
+        let mut io = RunIo {
+            runs: io0.runs + 1,
+            ..io0
+        };
         for (id, data) in &bound {
             let bytes: &[u8] = match data {
                 HostData::F32(v) => bytemuck::cast_slice(v),
@@ -819,6 +863,8 @@ impl Backend for HipBackend {
             self.drv
                 .htod(ex.inputs[id].ptr, bytes)
                 .map_err(|e| self.dev_err(e))?;
+            io.uploads += 1;
+            io.upload_bytes += bytes.len() as u64;
         }
         if self.poison {
             self.drv
@@ -878,6 +924,8 @@ impl Backend for HipBackend {
                     self.drv
                         .dtoh(&mut v, env.ptr(*id))
                         .map_err(|e| self.dev_err(e))?;
+                    io.readbacks += 1;
+                    io.readback_bytes += nbytes as u64;
                     v
                 }
             };
@@ -888,12 +936,18 @@ impl Backend for HipBackend {
         }
         // Surfaces launch failures even for graphs without device-resident outputs.
         self.drv.sync().map_err(|e| self.dev_err(e))?;
+        self.io.set(io);
         let n = self.launches.get() - launched;
         if profiling && self.execs[ei].launches.is_none() {
             // Graph capture is off while profiling, so every launch went through `launch`.
             eprintln!(
-                "hip: graph {ei} ({} nodes): {n} kernel launches per run{}",
+                "hip: graph {ei} ({} nodes): {n} kernel launches, {} uploads ({} B), {} readbacks \
+                 ({} B) per run{}",
                 graph.nodes.len(),
+                io.uploads - io0.uploads,
+                io.upload_bytes - io0.upload_bytes,
+                io.readbacks - io0.readbacks,
+                io.readback_bytes - io0.readback_bytes,
                 if self.fusion { "" } else { " (fusion off)" }
             );
             self.execs[ei].launches = Some(n);

@@ -111,6 +111,21 @@ impl DFlash {
         tc: usize,
         cap: usize,
     ) -> Result<Graph, ModelError> {
+        self.draft_graph_with(weights, tc, cap, true)
+    }
+
+    /// [`DFlash::draft_graph`], with `logits: false` outputting only the proposals (and the
+    /// confidence logits): `draft_tokens` without DSpark heads, `markov_token.{i}` with them.
+    /// A greedy chain needs nothing else, and the `[B−1, vocab]` logits (15 MB per block of 16
+    /// at a 248k vocab) then stay on the device. The computation is the same node for node, so
+    /// the proposals are identical either way.
+    pub fn draft_graph_with(
+        &self,
+        weights: &WeightStore,
+        tc: usize,
+        cap: usize,
+        logits_out: bool,
+    ) -> Result<Graph, ModelError> {
         let c = &self.cfg;
         c.check_supported()?;
         if c.dflash2.is_some() {
@@ -182,9 +197,15 @@ impl DFlash {
         }
         let rows = cx.b.rows(normed, 1, bsz - 1)?;
         let logits = cx.lin(rows, names::OUTPUT)?;
-        cx.b.output("draft_logits", logits)?;
-        let am = cx.b.argmax(logits)?;
-        cx.b.output("draft_tokens", am)?;
+        if logits_out {
+            cx.b.output("draft_logits", logits)?;
+        }
+        // With DSpark heads the proposals are the Markov chain's; the backbone's argmax is
+        // only an output next to its logits.
+        if logits_out || c.dspark.is_none() {
+            let am = cx.b.argmax(logits)?;
+            cx.b.output("draft_tokens", am)?;
+        }
         if let Some(d) = &c.dspark {
             // The Markov chain, left to right from the seed (block row 0):
             // corrected_i = U_i + W2 · W1[x_{i−1}],  x_i = argmax(corrected_i).
@@ -200,7 +221,9 @@ impl DFlash {
                 let bias = cx.b.matmul(e, w2)?;
                 let corrected = cx.b.add(u, bias)?;
                 let x = cx.b.argmax(corrected)?;
-                cx.b.output(&format!("markov_logits.{i}"), corrected)?;
+                if logits_out {
+                    cx.b.output(&format!("markov_logits.{i}"), corrected)?;
+                }
                 cx.b.output(&format!("markov_token.{i}"), x)?;
                 if i + 2 < bsz {
                     e = cx.b.embed(w1, x)?;

@@ -31,7 +31,8 @@ pub struct DraftParts {
     vocab: usize,
     cap: usize,
     n_ctx: usize,
-    execs: HashMap<usize, ExecId>,
+    /// Compiled draft graphs by (appended rows, whether they output the logits).
+    execs: HashMap<(usize, bool), ExecId>,
 }
 
 impl DraftParts {
@@ -56,7 +57,8 @@ pub struct DraftSession<'a> {
     cap: usize,
     /// Context rows committed so far (cache rows `0 .. n_ctx`).
     n_ctx: usize,
-    execs: HashMap<usize, ExecId>,
+    /// Compiled draft graphs by (appended rows, whether they output the logits).
+    execs: HashMap<(usize, bool), ExecId>,
 }
 
 impl<'a> DraftSession<'a> {
@@ -106,6 +108,17 @@ impl<'a> DraftSession<'a> {
     /// next committed positions) to the context, then drafts a block starting with `last` at
     /// position `n_ctx` (after the append): proposals for positions `n_ctx + 1 ..`.
     pub fn draft(&mut self, feats: &[f32], last: u32) -> Result<DraftOutput, ModelError> {
+        self.draft_with(feats, last, true)
+    }
+
+    /// [`DraftSession::draft`]; with `logits: false` only the proposals and confidences come
+    /// back (`logits` and `raw_logits` stay empty; see [`DFlash::draft_graph_with`]).
+    pub fn draft_with(
+        &mut self,
+        feats: &[f32],
+        last: u32,
+        logits: bool,
+    ) -> Result<DraftOutput, ModelError> {
         let c = &self.model.cfg;
         let width = c.feature_width();
         if !feats.len().is_multiple_of(width) {
@@ -129,12 +142,14 @@ impl<'a> DraftSession<'a> {
                 vocab: self.vocab,
             });
         }
-        let exe = match self.execs.get(&tc) {
+        let exe = match self.execs.get(&(tc, logits)) {
             Some(e) => *e,
             None => {
-                let g = self.model.draft_graph(&self.store, tc, self.cap)?;
+                let g = self
+                    .model
+                    .draft_graph_with(&self.store, tc, self.cap, logits)?;
                 let e = self.backend.compile(&g)?;
-                self.execs.insert(tc, e);
+                self.execs.insert((tc, logits), e);
                 e
             }
         };
