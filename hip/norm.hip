@@ -4,24 +4,37 @@
 //   gated_rms_norm y = ((x · r) · w) · silu(z)   per group of D
 //   l2_norm        y = (x · 1/sqrt(Σx² + eps)) · scale
 // Products in the CPU reference's order (normalise, then weight, then gate).
-#include "common.h"
+//
+// The `_q8` variants also write y as int8 activations for the qgemv kernels (hip/q8act.h), which
+// saves the separate quantize_q8 launch before every projection. They need D % 32 == 0: each
+// warp then holds one whole 32-value quantization block per pass of the output loop.
+#include "q8act.h"
 
 constexpr u32 NORM_THREADS = 256;
 
-KERNEL(NORM_THREADS) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, u32 D,
-                              float eps) {
+// Stores y[row + i] and, with Q8, its quantization block (the whole warp calls this together).
+template <bool Q8>
+DEV void norm_out(float v, u64 at, float* __restrict__ y, i8* XQ, float* XD, float* XS) {
+    y[at] = v;
+    if (Q8) q8_store_block(v, at / 32, XQ, XD, XS);
+}
+
+template <bool Q8>
+DEV void rms_norm_impl(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
+                       float* XD, float* XS, u32 D, float eps) {
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) ss += x[row + i] * x[row + i];
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-    for (u32 i = tid_x(); i < D; i += NORM_THREADS) y[row + i] = (x[row + i] * r) * w[i];
+    for (u32 i = tid_x(); i < D; i += NORM_THREADS) norm_out<Q8>((x[row + i] * r) * w[i], row + i, y, XQ, XD, XS);
 }
 
-KERNEL(NORM_THREADS) add_rms_norm(const float* __restrict__ x, const float* __restrict__ res,
-                                  const float* __restrict__ w, float* __restrict__ sum, float* __restrict__ y, u32 D,
-                                  float eps) {
+template <bool Q8>
+DEV void add_rms_norm_impl(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D,
+                           float eps) {
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;
@@ -33,18 +46,51 @@ KERNEL(NORM_THREADS) add_rms_norm(const float* __restrict__ x, const float* __re
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
     // Each thread re-reads only the elements it wrote itself.
-    for (u32 i = tid_x(); i < D; i += NORM_THREADS) y[row + i] = (sum[row + i] * r) * w[i];
+    for (u32 i = tid_x(); i < D; i += NORM_THREADS) norm_out<Q8>((sum[row + i] * r) * w[i], row + i, y, XQ, XD, XS);
 }
 
-KERNEL(NORM_THREADS) gated_rms_norm(const float* __restrict__ x, const float* __restrict__ z,
-                                    const float* __restrict__ w, float* __restrict__ y, u32 D, float eps) {
+template <bool Q8>
+DEV void gated_rms_norm_impl(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
+                             float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) ss += x[row + i] * x[row + i];
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-    for (u32 i = tid_x(); i < D; i += NORM_THREADS) y[row + i] = ((x[row + i] * r) * w[i]) * ds_silu(z[row + i]);
+    for (u32 i = tid_x(); i < D; i += NORM_THREADS)
+        norm_out<Q8>(((x[row + i] * r) * w[i]) * ds_silu(z[row + i]), row + i, y, XQ, XD, XS);
+}
+
+KERNEL(NORM_THREADS) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, u32 D,
+                              float eps) {
+    rms_norm_impl<false>(x, w, y, nullptr, nullptr, nullptr, D, eps);
+}
+KERNEL(NORM_THREADS)
+rms_norm_q8(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ, float* XD,
+            float* XS, u32 D, float eps) {
+    rms_norm_impl<true>(x, w, y, XQ, XD, XS, D, eps);
+}
+
+KERNEL(NORM_THREADS) add_rms_norm(const float* __restrict__ x, const float* __restrict__ res,
+                                  const float* __restrict__ w, float* __restrict__ sum, float* __restrict__ y, u32 D,
+                                  float eps) {
+    add_rms_norm_impl<false>(x, res, w, sum, y, nullptr, nullptr, nullptr, D, eps);
+}
+KERNEL(NORM_THREADS)
+add_rms_norm_q8(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+    add_rms_norm_impl<true>(x, res, w, sum, y, XQ, XD, XS, D, eps);
+}
+
+KERNEL(NORM_THREADS) gated_rms_norm(const float* __restrict__ x, const float* __restrict__ z,
+                                    const float* __restrict__ w, float* __restrict__ y, u32 D, float eps) {
+    gated_rms_norm_impl<false>(x, z, w, y, nullptr, nullptr, nullptr, D, eps);
+}
+KERNEL(NORM_THREADS)
+gated_rms_norm_q8(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
+                  float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+    gated_rms_norm_impl<true>(x, z, w, y, XQ, XD, XS, D, eps);
 }
 
 KERNEL(NORM_THREADS) l2_norm(const float* __restrict__ x, float* __restrict__ y, u32 D, float eps, float scale) {

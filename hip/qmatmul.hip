@@ -14,6 +14,7 @@
 // gives every lane exactly 5 items. Each item's weights are decoded once and used for all NT
 // input rows; integer sums are exact, so the result of a row does not depend on N (verify and
 // decode agree bit for bit, which lossless speculation relies on).
+#include "q8act.h"
 #include "quant.h"
 
 constexpr u32 QG_WARPS = 4;
@@ -149,19 +150,9 @@ DEV void quantize_q8_impl(const float* __restrict__ X, const float* __restrict__
     const u32 nb = K / 32;
     const u64 b = (u64)bid_x() * QG_WARPS + tid_x() / WARP;  // block index over [N, nb]
     if (b >= (u64)N * nb) return;
-    const u32 lane = lane_id();
-    float x = X[b * 32 + lane];
-    if (GATE) x = x * ds_sigmoid(G[b * 32 + lane]);
-    const float amax = warp_max(__builtin_fabsf(x));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    const float qf = __builtin_roundf(x * id);
-    XQ[b * 32 + lane] = (i8)(i32)qf;
-    const float s = warp_sum(qf);
-    if (lane == 0) {
-        XD[b] = d;
-        XS[b] = d * s;
-    }
+    float x = X[b * 32 + lane_id()];
+    if (GATE) x = x * ds_sigmoid(G[b * 32 + lane_id()]);
+    q8_store_block(x, b, XQ, XD, XS);
 }
 
 KERNEL(QG_THREADS)

@@ -305,5 +305,81 @@ fn wide_tiles_can_stay_unfused() {
         // 16 rows: unfused but for the folded gate (one launch less than fusion off); 8: fused.
         let want = if n == 16 { 4 + 4 + 2 } else { 6 };
         assert_eq!(l_sel, want, "n={n}: launches (fusion off: {l_off})");
+
+/// A norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`):
+/// rms_norm, add_rms_norm (its second output) and gated_rms_norm through a head view, each into
+/// a matmul. Outputs equal the unfused run bit for bit; three `quantize_q8` launches go.
+#[test]
+fn norms_feeding_int8_matmuls_quantize_their_own_output() {
+    for &dtype in &[DType::Q8_0, DType::Iq4Xs] {
+        // Q8_0: 10 quantization blocks per row; IQ4_XS needs K % 256. Heads of 64 (2 blocks).
+        let k = if dtype == DType::Iq4Xs { 512 } else { 320 };
+        let heads = k / 64;
+        let (Some(mut on), Some(mut off)) = (gpu("norm_q8", true), gpu("norm_q8", false)) else {
+            return;
+        };
+        let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
+        for n in [1, 3, 16] {
+            let mut rng = Rng::new(77 + n as u64);
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[n, k]).unwrap();
+            let r = b.input("r", DType::F32, &[n, k]).unwrap();
+            let z = b.input("z", DType::F32, &[n, heads, k / heads]).unwrap();
+            let nw = b.weight("nw", DType::F32, &[k]).unwrap();
+            let hw = b.weight("hw", DType::F32, &[k / heads]).unwrap();
+            let mut w = WeightStore::default();
+            for (name, shape) in [("nw", vec![k]), ("hw", vec![k / heads])] {
+                let v: Vec<f32> = rng
+                    .vec_normal(shape[0], 0.3)
+                    .iter()
+                    .map(|v| 1.0 + v)
+                    .collect();
+                w.insert(name, HostTensor::from_f32(&shape, &v));
+            }
+            let mut mm = |b: &mut GraphBuilder, w: &mut WeightStore, name: &str, a, m: usize| {
+                let v = rng.vec_normal(m * k, 0.5);
+                let bytes = quant::quantize(dtype, &v).unwrap();
+                w.insert(name, HostTensor::from_bytes(dtype, &[m, k], bytes));
+                let wt = b.weight(name, dtype, &[m, k]).unwrap();
+                let y = b.matmul(a, wt).unwrap();
+                b.output(name, y).unwrap();
+            };
+            let y0 = b.rms_norm(x, nw, 1e-6).unwrap();
+            mm(&mut b, &mut w, "m0", y0, 21);
+            let (s, y1) = b.add_rms_norm(x, r, nw, 1e-6).unwrap();
+            b.output("sum", s).unwrap();
+            mm(&mut b, &mut w, "m1", y1, 13);
+            let zx = b.reshape(x, &[n, heads, k / heads]).unwrap();
+            let y2 = b.gated_rms_norm(zx, z, hw, 1e-6).unwrap();
+            let y2 = b.reshape(y2, &[n, k]).unwrap();
+            mm(&mut b, &mut w, "m2", y2, 7);
+            let g = b.build();
+            let inputs = [
+                ("x", HostData::F32(rng.vec_normal(n * k, 1.0))),
+                ("r", HostData::F32(rng.vec_normal(n * k, 1.0))),
+                ("z", HostData::F32(rng.vec_normal(n * k, 1.0))),
+            ];
+            let what = format!("{dtype} n={n}");
+            let (fused, l_on) = run(&mut on, &|| c_on.get(), &g, &w, &inputs);
+            let (plain, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
+            for ((name, a), (_, b)) in fused.iter().zip(&plain) {
+                let (a, b) = (f32s(a), f32s(b));
+                assert!(
+                    a.iter().all(|v| v.is_finite()),
+                    "{what}: {name} not written"
+                );
+                assert!(
+                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{what}: fused {name} differs from unfused (rel err {:.2e})",
+                    rel_err(&a, &b)
+                );
+            }
+            assert_eq!(
+                l_off,
+                3 * 3,
+                "{what}: unfused launches (norm, quantize, gemv) × 3"
+            );
+            assert_eq!(l_on, 3 * 2, "{what}: fused launches (norm_q8, gemv) × 3");
+        }
     }
 }

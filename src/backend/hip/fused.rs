@@ -8,7 +8,9 @@
 //! - a gate/up pair with its `SwiGlu` runs as one `qgemv_glu_*` launch writing
 //!   `silu(gate) · up` (tiles up to [`kernels::QGEMV_GLU_MAX_TILE`] rows; wider inputs keep the
 //!   `SwiGlu` launch and run gate/up as `qgemv4_*`);
-//! - a folded `SigmoidMul` is computed inside the quantization (`quantize_q8_gate`).
+//! - a folded `SigmoidMul` is computed inside the quantization (`quantize_q8_gate`);
+//! - a norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`,
+//!   [`norm_q8`]), so that matmul's `quantize_q8` launch goes.
 //!
 //! Every fused kernel does the unfused kernels' float operations on the same values, so fused
 //! and unfused runs agree bit for bit. The `SliceLast` halves wgpu writes directly stay separate
@@ -108,6 +110,32 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
     f
 }
 
+/// Per node: true for an `RmsNorm`/`AddRmsNorm`/`GatedRmsNorm` whose normalised output is the
+/// activation of an int8 matmul (directly or through a reshape view) and whose row length is a
+/// multiple of 32 (each warp of the norm kernel then holds whole quantization blocks). Such a
+/// norm runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul
+/// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion.
+pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
+    let mut out = vec![false; g.nodes.len()];
+    if !be.fusion || !be.int8_matmul {
+        return out;
+    }
+    // Storage roots read by int8 matmuls as their activation.
+    let fed: std::collections::HashSet<_> = (0..g.nodes.len())
+        .filter(|&i| int8_matmul(be, g, i).is_some())
+        .map(|i| g.storage_root(g.nodes[i].inputs[0]))
+        .collect();
+    for (i, nd) in g.nodes.iter().enumerate() {
+        let y = match nd.op {
+            Op::RmsNorm { .. } | Op::GatedRmsNorm { .. } => nd.outputs[0],
+            Op::AddRmsNorm { .. } => nd.outputs[1],
+            _ => continue,
+        };
+        out[i] = g.tensor(nd.inputs[0]).last_dim() % 32 == 0 && fed.contains(&g.storage_root(y));
+    }
+    out
+}
+
 /// Launches node `i` under the plan `f`: nothing for nodes another launch covers, the fused
 /// launch at a group's first member, else the node's own launches.
 pub(super) fn node(
@@ -131,6 +159,9 @@ pub(super) fn node(
         let sm = &env.graph.nodes[s];
         let gate = Some((sm.inputs[0], sm.inputs[1]));
         return lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate);
+    }
+    if env.ex.norm_q8.get(i) == Some(&true) {
+        return lower::norm_q8(be, env, node);
     }
     lower::node(be, env, i, node)
 }

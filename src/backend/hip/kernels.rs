@@ -236,7 +236,15 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             v.push(("qmma", format!("qmma4_{ty}_{nt}")));
         }
     }
-    for n in ["rms_norm", "add_rms_norm", "gated_rms_norm", "l2_norm"] {
+    for n in [
+        "rms_norm",
+        "add_rms_norm",
+        "gated_rms_norm",
+        "rms_norm_q8",
+        "add_rms_norm_q8",
+        "gated_rms_norm_q8",
+        "l2_norm",
+    ] {
         v.push(("norm", n.into()));
     }
     for n in ["add_f32", "sigmoid_mul", "swiglu", "slice_last", "fill_f32"] {

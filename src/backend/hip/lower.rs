@@ -1041,14 +1041,7 @@ pub(super) fn quantize_input(
 ) -> Result<[DevPtr; 3], BackendError> {
     let x = node.inputs[0];
     let nb = k / 32;
-    let q_bytes = align256(n * k);
-    let d_bytes = align256(n * nb * 4);
-    let base = be.qscratch(q_bytes + 2 * d_bytes)?;
-    let (xq, xd, xs) = (
-        base,
-        base + q_bytes as DevPtr,
-        base + (q_bytes + d_bytes) as DevPtr,
-    );
+    let [xq, xd, xs] = q8_parts(be, n * k)?;
     let root = env.graph.storage_root(x);
     if be.quantized.get() != Some(root) {
         let grid = [
@@ -1075,6 +1068,71 @@ pub(super) fn quantize_input(
         be.quantized.set(Some(root));
     }
     Ok([xq, xd, xs])
+}
+
+/// The `(XQ, XD, XS)` parts of the quantized-activation buffer for `elems` values (a multiple
+/// of 32); the layout depends only on `elems`, so a norm that quantizes its output and the
+/// matmul that reads it agree on it.
+fn q8_parts(be: &HipBackend, elems: usize) -> Result<[DevPtr; 3], BackendError> {
+    let q_bytes = align256(elems);
+    let d_bytes = align256(elems / 32 * 4);
+    let base = be.qscratch(q_bytes + 2 * d_bytes)?;
+    Ok([
+        base,
+        base + q_bytes as DevPtr,
+        base + (q_bytes + d_bytes) as DevPtr,
+    ])
+}
+
+/// A norm node with its `_q8` kernel (see [`super::fused::norm_q8`]): the normalised output is
+/// written as f32 and as int8 activations, which the next int8 matmul over it then reuses.
+pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(), BackendError> {
+    let g = env.graph;
+    let x = g.tensor(node.inputs[0]);
+    let d = x.last_dim();
+    let rows = (x.numel() / d) as u64;
+    let y = node.outputs[node.outputs.len() - 1];
+    let [xq, xd, xs] = q8_parts(be, g.tensor(y).numel())?;
+    let p = |id: TensorId| Arg::P(env.ptr(id));
+    let (name, eps, mut args) = match node.op {
+        Op::RmsNorm { eps } => (
+            "rms_norm_q8",
+            eps,
+            vec![p(node.inputs[0]), Arg::P(env.f32_ptr(node.inputs[1])), p(y)],
+        ),
+        Op::AddRmsNorm { eps } => (
+            "add_rms_norm_q8",
+            eps,
+            vec![
+                p(node.inputs[0]),
+                p(node.inputs[1]),
+                Arg::P(env.f32_ptr(node.inputs[2])),
+                p(node.outputs[0]),
+                p(y),
+            ],
+        ),
+        Op::GatedRmsNorm { eps } => (
+            "gated_rms_norm_q8",
+            eps,
+            vec![
+                p(node.inputs[0]),
+                p(node.inputs[1]),
+                Arg::P(env.f32_ptr(node.inputs[2])),
+                p(y),
+            ],
+        ),
+        _ => return Err(unsupported(be, &node.op, "not a norm".into())),
+    };
+    args.extend([
+        Arg::P(xq),
+        Arg::P(xd),
+        Arg::P(xs),
+        u32_arg(be, &node.op, d)?,
+        Arg::F32(eps),
+    ]);
+    launch(be, "norm", name, [blocks(rows, 1), 1, 1], 256, &args)?;
+    be.quantized.set(Some(g.storage_root(y)));
+    Ok(())
 }
 
 fn align256(v: usize) -> usize {

@@ -111,6 +111,8 @@ struct Exec {
     f32_weights: Vec<TensorId>,
     /// Which nodes run fused ([`fused::plan`]).
     fusion: crate::backend::wgpu::fuse::Fusion,
+    /// Per node: a norm that also writes its output as int8 activations ([`fused::norm_q8`]).
+    norm_q8: Vec<bool>,
     /// Kernel launches of one run (counted and printed once, on its first run in profile mode).
     launches: Option<u64>,
 }
@@ -766,6 +768,7 @@ impl Backend for HipBackend {
         graph.validate()?;
         lower::check_supported(self, graph)?;
         let fusion = fused::plan(self, graph);
+        let norm_q8 = fused::norm_q8(self, graph);
         let plan = Plan::with_uses(graph, &fused::extra_uses(graph, &fusion));
         let mut slot_offset = Vec::with_capacity(plan.slot_bytes.len());
         let mut total = 0usize;
@@ -810,6 +813,7 @@ impl Backend for HipBackend {
             consts,
             f32_weights,
             fusion,
+            norm_q8,
             launches: None,
         });
         Ok(ExecId(self.execs.len() as u32 - 1))
