@@ -305,6 +305,8 @@ fn wide_tiles_can_stay_unfused() {
         // 16 rows: unfused but for the folded gate (one launch less than fusion off); 8: fused.
         let want = if n == 16 { 4 + 4 + 2 } else { 6 };
         assert_eq!(l_sel, want, "n={n}: launches (fusion off: {l_off})");
+    }
+}
 
 /// A norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`):
 /// rms_norm, add_rms_norm (its second output) and gated_rms_norm through a head view, each into
