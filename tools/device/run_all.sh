@@ -73,22 +73,14 @@ fi
 if want hip; then
     step 60 "$ds" bench bandwidth --backend hip:cuda --mib 2048
     step 90 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 64 --bw-mib 2048 --json
-    step 60 env DELTASPEC_HIP_GRAPHS=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 64 --json
     step 60 env DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 64 --json
-    step 60 env DELTASPEC_HIP_MATMUL=f32 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 32 --bw-mib 64 --json
-    for rows in 8 16; do
-        step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-        for r in 2 4; do
-            step 60 env DELTASPEC_HIP_QGEMV_ROWS=$r "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-            step 60 env DELTASPEC_HIP_FUSION=0 DELTASPEC_HIP_QGEMV_ROWS=$r "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-        done
-    done
-    # The matrix-core int8 GEMV (hip/qmma.hip, default off): verify widths, fused and unfused.
     for rows in 8 16 32; do
+        step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+        # The matrix-core int8 GEMV (hip/qmma.hip, default off).
         step 90 env DELTASPEC_HIP_QGEMV_MMA=1 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-        step 90 env DELTASPEC_HIP_QGEMV_MMA=1 DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
     done
-    step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 32 --bw-mib 64 --json
+    step 60 env DELTASPEC_HIP_FUSION=all "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
+    step 90 env DELTASPEC_HIP_QGEMV_MMA=1 DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
 fi
@@ -96,7 +88,7 @@ fi
 if want wgpu; then
     step 60 "$ds" bench bandwidth --backend wgpu --mib 2048
     step 120 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
-    step 120 env DELTASPEC_WGPU_MATMUL=f32 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
+    step 120 env DELTASPEC_WGPU_GEMV_UNROLL=1 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
     step 90 "$ds" bench decode --model "$iq4" --backend wgpu -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend wgpu -n 16 --bw-mib 64
 fi
@@ -105,6 +97,7 @@ if want draft; then
     for d in dflash-27b dspark-27b dflash2-27b; do
         step 90 "$ds" bench draft --model "$iq4" --draft "$work/$d.gguf" --backend hip:cuda -n 16 --json
     done
+    step 90 env DELTASPEC_PROFILE=1 "$ds" bench draft --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda -n 8
 fi
 
 if want spec; then
@@ -114,8 +107,10 @@ if want spec; then
     done
     step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
         --spec adaptive --replay-profile prose -n 64
-    step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
-        --spec chain --replay-profile code -n 64
+    for prof in code:chain prose:adaptive; do
+        step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
+            --spec "${prof#*:}" --replay-profile "${prof%:*}" -n 64
+    done
     step 150 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend wgpu \
         --spec chain --replay-profile code -n 48
 fi
