@@ -131,7 +131,8 @@ pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
             Op::AddRmsNorm { .. } => nd.outputs[1],
             _ => continue,
         };
-        out[i] = g.tensor(nd.inputs[0]).last_dim() % 32 == 0 && fed.contains(&g.storage_root(y));
+        out[i] = g.tensor(nd.inputs[0]).last_dim().is_multiple_of(32)
+            && fed.contains(&g.storage_root(y));
     }
     out
 }
