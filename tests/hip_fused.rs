@@ -99,6 +99,23 @@ fn run(
     (out, count() - before)
 }
 
+/// Every output of `a` is written (finite) and equals the same output of `b` bit for bit.
+fn assert_same_bits(what: &str, a: &[(String, HostTensor)], b: &[(String, HostTensor)]) {
+    assert_eq!(a.len(), b.len(), "{what}: output count");
+    for ((name, a), (_, b)) in a.iter().zip(b) {
+        let (a, b) = (f32s(a), f32s(b));
+        assert!(
+            a.iter().all(|v| v.is_finite()),
+            "{what}: {name} not written"
+        );
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{what}: {name} differs (rel err {:.2e})",
+            rel_err(&a, &b)
+        );
+    }
+}
+
 #[test]
 fn fused_gemv_groups_equal_unfused_and_match_the_cpu() {
     let k = 256; // whole blocks of every type
@@ -123,18 +140,7 @@ fn fused_gemv_groups_equal_unfused_and_match_the_cpu() {
             let what = format!("{dtype} n={n}");
             let (fused, l_on) = run(&mut on, &|| c_on.get(), &g, &w, &inputs);
             let (plain, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
-            for ((name, a), (_, b)) in fused.iter().zip(&plain) {
-                let (a, b) = (f32s(a), f32s(b));
-                assert!(
-                    a.iter().all(|v| v.is_finite()),
-                    "{what}: {name} not written"
-                );
-                assert!(
-                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{what}: fused {name} differs from unfused (rel err {:.2e})",
-                    rel_err(&a, &b)
-                );
-            }
+            assert_same_bits(&format!("{what}: fused vs unfused"), &fused, &plain);
             // Unfused: 3 × (quantize + gemv) reusing one quantization = 4, gate/up 3 + swiglu,
             // sigmoid_mul + quantize + gemv = 3. Fused: 2, 2 (3 at 16 rows: the SwiGLU kernel
             // takes up to 8), 2.
@@ -193,14 +199,8 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
                     .collect();
                 let (a, _) = run(&mut mma, &|| 0, &g, &w, &inputs);
                 let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
-                for ((name, a), (_, b)) in a.iter().zip(&b) {
-                    let (a, b) = (f32s(a), f32s(b));
-                    assert!(
-                        a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "{dtype} n={n} fusion={fusion}: matrix-core {name} differs (rel err {:.2e})",
-                        rel_err(&a, &b)
-                    );
-                }
+                let what = format!("{dtype} n={n} fusion={fusion}: matrix-core vs dp4a");
+                assert_same_bits(&what, &a, &b);
             }
         }
     }
@@ -293,15 +293,7 @@ fn wide_tiles_can_stay_unfused() {
             .collect();
         let (a, l_sel) = run(&mut sel, &|| c_sel.get(), &g, &w, &inputs);
         let (b, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
-        for ((name, a), (_, b)) in a.iter().zip(&b) {
-            assert!(
-                f32s(a)
-                    .iter()
-                    .zip(&f32s(b))
-                    .all(|(x, y)| x.to_bits() == y.to_bits()),
-                "n={n}: {name} differs"
-            );
-        }
+        assert_same_bits(&format!("n={n}"), &a, &b);
         // 16 rows: unfused but for the folded gate (one launch less than fusion off); 8: fused.
         let want = if n == 16 { 4 + 4 + 2 } else { 6 };
         assert_eq!(l_sel, want, "n={n}: launches (fusion off: {l_off})");
@@ -364,18 +356,7 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             let what = format!("{dtype} n={n}");
             let (fused, l_on) = run(&mut on, &|| c_on.get(), &g, &w, &inputs);
             let (plain, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
-            for ((name, a), (_, b)) in fused.iter().zip(&plain) {
-                let (a, b) = (f32s(a), f32s(b));
-                assert!(
-                    a.iter().all(|v| v.is_finite()),
-                    "{what}: {name} not written"
-                );
-                assert!(
-                    a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-                    "{what}: fused {name} differs from unfused (rel err {:.2e})",
-                    rel_err(&a, &b)
-                );
-            }
+            assert_same_bits(&format!("{what}: fused vs unfused"), &fused, &plain);
             assert_eq!(
                 l_off,
                 3 * 3,

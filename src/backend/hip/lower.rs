@@ -979,36 +979,30 @@ pub(super) fn qgemv(
     gate: Option<(TensorId, TensorId)>,
 ) -> Result<(), BackendError> {
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
-    if let Some(nt) = be.qmma_tile(n) {
-        return launch(
-            be,
+    // (source, kernel, weight rows per block): the matrix-core tile where enabled, else the
+    // dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
+    let (source, name, rows_per_block) = match be.qmma_tile(n) {
+        Some(nt) => (
             "qmma",
-            &format!("qmma_{suffix}_{nt}"),
-            [blocks(m as u64, u64::from(kernels::qmma_rows(nt))), 1, 1],
-            kernels::QGEMV_THREADS,
-            &[
-                Arg::P(env.ptr(node.inputs[1])),
-                Arg::P(xq),
-                Arg::P(xd),
-                Arg::P(xs),
-                Arg::P(env.ptr(node.outputs[0])),
-                u32_arg(be, &node.op, n)?,
-                u32_arg(be, &node.op, k)?,
-                u32_arg(be, &node.op, m)?,
-                Arg::U64(row_bytes),
-            ],
-        );
-    }
-    let nt = kernels::qgemv_tile(n);
-    let wide = qgemv_wide(be, nt);
-    let (name, rows) = match wide {
-        Some(r) => (format!("qgemv_{suffix}_{nt}x{r}"), r),
-        None => (format!("qgemv_{suffix}_{nt}"), kernels::qgemv_rows(nt)),
+            format!("qmma_{suffix}_{nt}"),
+            u64::from(kernels::qmma_rows(nt)),
+        ),
+        None => {
+            let nt = kernels::qgemv_tile(n);
+            let (name, rows) = match qgemv_wide(be, nt) {
+                Some(r) => (format!("qgemv_{suffix}_{nt}x{r}"), r),
+                None => (format!("qgemv_{suffix}_{nt}"), kernels::qgemv_rows(nt)),
+            };
+            (
+                "qmatmul",
+                name,
+                u64::from(rows * (kernels::QGEMV_THREADS / 32)),
+            )
+        }
     };
-    let rows_per_block = u64::from(rows * (kernels::QGEMV_THREADS / 32));
     launch(
         be,
-        "qmatmul",
+        source,
         &name,
         [blocks(m as u64, rows_per_block), 1, 1],
         kernels::QGEMV_THREADS,
