@@ -213,6 +213,7 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     let (Some(mut on), Some(mut off)) = (gpu("tiny_fused", true), gpu("tiny_fused", false)) else {
         return;
     };
+    on.set_norm_q8(true); // the norm + quantize fusion too, on the whole model
     let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-fused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -312,6 +313,7 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         let (Some(mut on), Some(mut off)) = (gpu("norm_q8", true), gpu("norm_q8", false)) else {
             return;
         };
+        on.set_norm_q8(true);
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
         for n in [1, 3, 16] {
             let mut rng = Rng::new(77 + n as u64);

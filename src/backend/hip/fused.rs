@@ -114,10 +114,11 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
 /// activation of an int8 matmul (directly or through a reshape view) and whose row length is a
 /// multiple of 32 (each warp of the norm kernel then holds whole quantization blocks). Such a
 /// norm runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul
-/// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion.
+/// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion, and off
+/// by default (`DELTASPEC_HIP_NORM_Q8=1`).
 pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
-    if !be.fusion || !be.int8_matmul {
+    if !be.fusion || !be.norm_q8 || !be.int8_matmul {
         return out;
     }
     // Storage roots read by int8 matmuls as their activation.

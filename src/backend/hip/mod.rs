@@ -148,6 +148,10 @@ pub struct HipBackend {
     capturing: std::cell::Cell<bool>,
     /// Fused int8 GEMV launches ([`fused`]); `DELTASPEC_HIP_FUSION=0` turns them off.
     fusion: bool,
+    /// Norms that write int8 activations for the next matmul ([`fused::norm_q8`]); off by
+    /// default: with it on, the 27B IQ4_XS decode step on the H200 measured 13.73 ms against
+    /// 12.18 ms the run before (2026-12-03). `DELTASPEC_HIP_NORM_Q8=1` turns it on.
+    norm_q8: bool,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
     unfused_wide_tiles: &'static [u32],
@@ -223,6 +227,7 @@ impl HipBackend {
                 Ok("f32") | Ok("exact")
             ),
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
+            norm_q8: std::env::var("DELTASPEC_HIP_NORM_Q8").is_ok_and(|v| v == "1"),
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],
                 Ok("narrow") => &[8, 16],
@@ -383,6 +388,11 @@ impl HipBackend {
     pub fn set_fusion(&mut self, on: bool) {
         self.fusion = on;
         self.unfused_wide_tiles = &[];
+    }
+
+    /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
+    pub fn set_norm_q8(&mut self, on: bool) {
+        self.norm_q8 = on;
     }
 
     /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for
