@@ -83,6 +83,21 @@ fn weights(rng: &mut Rng, dtype: DType, k: usize) -> WeightStore {
     w
 }
 
+/// [`graph`] at `n` rows with random weights and inputs (seeded by `n`).
+fn random_case(
+    n: usize,
+    k: usize,
+    dtype: DType,
+) -> (WeightStore, Graph, Vec<(&'static str, HostData)>) {
+    let mut rng = Rng::new(2000 + n as u64);
+    let w = weights(&mut rng, dtype, k);
+    let inputs = ["x", "h", "o", "g"]
+        .into_iter()
+        .map(|name| (name, HostData::F32(rng.vec_normal(n * k, 1.0))))
+        .collect();
+    (w, graph(n, k, dtype), inputs)
+}
+
 /// Outputs and kernel launches of one run.
 fn run(
     be: &mut dyn Backend,
@@ -190,13 +205,7 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
             mma.set_qgemv_mma(true);
             dp4a.set_qgemv_mma(false);
             for n in [5, 16, 33] {
-                let mut rng = Rng::new(2000 + n as u64);
-                let w = weights(&mut rng, dtype, k);
-                let g = graph(n, k, dtype);
-                let inputs: Vec<(&str, HostData)> = ["x", "h", "o", "g"]
-                    .into_iter()
-                    .map(|name| (name, HostData::F32(rng.vec_normal(n * k, 1.0))))
-                    .collect();
+                let (w, g, inputs) = random_case(n, k, dtype);
                 let (a, _) = run(&mut mma, &|| 0, &g, &w, &inputs);
                 let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
                 let what = format!("{dtype} n={n} fusion={fusion}: matrix-core vs dp4a");
@@ -285,13 +294,7 @@ fn wide_tiles_can_stay_unfused() {
     sel.set_unfused_wide_tiles(&[16]);
     let (c_sel, c_off) = (sel.launch_counter(), off.launch_counter());
     for n in [8, 16] {
-        let mut rng = Rng::new(2000 + n as u64);
-        let w = weights(&mut rng, dtype, k);
-        let g = graph(n, k, dtype);
-        let inputs: Vec<(&str, HostData)> = ["x", "h", "o", "g"]
-            .into_iter()
-            .map(|name| (name, HostData::F32(rng.vec_normal(n * k, 1.0))))
-            .collect();
+        let (w, g, inputs) = random_case(n, k, dtype);
         let (a, l_sel) = run(&mut sel, &|| c_sel.get(), &g, &w, &inputs);
         let (b, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
         assert_same_bits(&format!("n={n}"), &a, &b);
