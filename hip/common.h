@@ -284,8 +284,11 @@ DEV i32 dot4_i8(u32 a, u32 b, i32 c) {
 // D[i + 8(l/16)][l%16]. Both would need a 16-wide tile, not this 16×8 one.
 #if defined(__NVPTX__)
 #define DS_HAVE_MMA_S8 1
+// Not volatile: the step reads and writes only its registers, so the compiler may keep loads
+// of the same address across it (clang marks inline asm convergent in CUDA, so it is never
+// moved into divergent control flow).
 DEV void mma_s8_16x8x16(i32 (&d)[4], u32 a0, u32 a1, u32 b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a0), "r"(a1), "r"(b));
 }

@@ -347,13 +347,16 @@ fn matmul_int8_rows_do_not_depend_on_the_batch() {
 fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
     // The matrix-core kernel (NVIDIA; elsewhere the setting keeps the dp4a kernel, and this
     // holds trivially) must give the dp4a kernel's bits, whose rows equal the 1-row decode's
-    // (previous test). M = 77: not a multiple of its 16 rows per warp. K = 512 and 1280: 16 and
-    // 40 items of 32 values per row (it replays the dp4a kernel's 32 lane partials: part of one
-    // round of 32 items, and one round plus a part). Inputs at every tile (8, 16, 32 rows per
-    // block; 33 loops over a second group of 8) and not a multiple of 8.
+    // (previous test). M = 77: not a multiple of its 16 rows per block. K = 512 and 1280: 16
+    // and 40 items of 32 values per row (it replays the dp4a kernel's 32 lane partials, split
+    // over the block's warps: part of one round of 32 items, where some warps have no items, and
+    // one round plus a part); Q8_0 also K = 416, 13 items, where a warp's run of consecutive
+    // items is cut short (the tail path). Inputs at every tile (8, 16, 32 rows per block; 33
+    // loops over a second group) and not a multiple of 8.
     let m = 77;
     for &dtype in INT8_TYPES {
-        for k in [512, 1280] {
+        let tail = (dtype == DType::Q8_0).then_some(416);
+        for k in [512, 1280].into_iter().chain(tail) {
             let mut rng = Rng::new(7 + k as u64);
             let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
             let Some(mut g) = gpu("matmul_int8_mma") else {

@@ -201,16 +201,18 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             ],
         );
     }
-    let (source, name, rows_per_block) = match be.qmma_tile(n) {
+    let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
         Some(t) => (
             "qmma",
             format!("qmma4_{suffix}_{t}"),
-            u64::from(kernels::qmma_rows(t)),
+            u64::from(kernels::QMMA_ROWS),
+            kernels::qmma_threads(t),
         ),
         None => (
             "qmatmul",
             format!("qgemv4_{suffix}_{nt}"),
             u64::from(kernels::qgemv_rows(nt)) * warps,
+            kernels::QGEMV_THREADS,
         ),
     };
     for chunk in grp.members.chunks(kernels::QGEMV_SEGMENTS) {
@@ -233,14 +235,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
         args.extend([Arg::P(xq), Arg::P(xd), Arg::P(xs), u(n)?, u(k)?]);
         args.push(Arg::U64(row_bytes));
         let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;
-        launch(
-            be,
-            source,
-            &name,
-            [grid, 1, 1],
-            kernels::QGEMV_THREADS,
-            &args,
-        )?;
+        launch(be, source, &name, [grid, 1, 1], threads, &args)?;
     }
     Ok(())
 }

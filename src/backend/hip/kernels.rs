@@ -116,10 +116,13 @@ pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
 /// Input-row tiles of the matrix-core int8 GEMV `qmma_<type>_<nt>` / `qmma4_<type>_<nt>`
 /// (`hip/qmma.hip`, NVIDIA only): groups of 8 input rows per block; wider inputs loop.
 pub const QMMA_TILES: &[u32] = &[8, 16, 32];
-/// Weight rows one `qmma_*` block computes at tile `nt` (`qmma_rows` in `hip/qmma.hip`): four
-/// warps of 16 weight rows by 8 input rows.
-pub fn qmma_rows(nt: u32) -> u32 {
-    16 * (4 / (nt / 8)).max(1)
+/// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
+/// rows, whose 32 residues of items its warps split (see the file's header).
+pub const QMMA_ROWS: u32 = 16;
+/// Threads of a `qmma_*` block at tile `nt` (`qmma_warps` in `hip/qmma.hip`): 8 warps at 8
+/// input rows, 16 at 16 and 32.
+pub fn qmma_threads(nt: u32) -> u32 {
+    32 * if nt <= 8 { 8 } else { 16 }
 }
 /// The matrix-core tile for `n` input rows: inputs of 5 rows and more (the dp4a kernel's
 /// 8- and 16-row tiles and its passes over wider inputs), `None` below.

@@ -979,13 +979,14 @@ pub(super) fn qgemv(
     gate: Option<(TensorId, TensorId)>,
 ) -> Result<(), BackendError> {
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
-    // (source, kernel, weight rows per block): the matrix-core tile where enabled, else the
-    // dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
-    let (source, name, rows_per_block) = match be.qmma_tile(n) {
+    // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
+    // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
+    let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
         Some(nt) => (
             "qmma",
             format!("qmma_{suffix}_{nt}"),
-            u64::from(kernels::qmma_rows(nt)),
+            u64::from(kernels::QMMA_ROWS),
+            kernels::qmma_threads(nt),
         ),
         None => {
             let nt = kernels::qgemv_tile(n);
@@ -997,6 +998,7 @@ pub(super) fn qgemv(
                 "qmatmul",
                 name,
                 u64::from(rows * (kernels::QGEMV_THREADS / 32)),
+                kernels::QGEMV_THREADS,
             )
         }
     };
@@ -1005,7 +1007,7 @@ pub(super) fn qgemv(
         source,
         &name,
         [blocks(m as u64, rows_per_block), 1, 1],
-        kernels::QGEMV_THREADS,
+        threads,
         &[
             Arg::P(env.ptr(node.inputs[1])),
             Arg::P(xq),
