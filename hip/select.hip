@@ -1,7 +1,6 @@
 // ArgMax and TopK over the last dimension. The order is the CPU reference's:
 // larger first, NaN above every number, -0.0 == +0.0, equal values in index order. ArgMax is
-// the first element of that order; TopK takes k passes, pass i finding the best element that
-// ranks after the one pass i-1 found (the order is strict and total, so this is exact).
+// the first element of that order, TopK its k first elements.
 #include "common.h"
 
 constexpr u32 SEL_THREADS = 256;
@@ -15,50 +14,6 @@ DEV bool ranks_before(float va, u32 ia, float vb, u32 ib) {
 }
 
 constexpr u32 NONE = 0xffffffffu;
-
-// The best (value, index) of the row that ranks after (pv, pi) (everything if pi == NONE);
-// index NONE if there is none. Every thread gets the result.
-DEV void best_after(const float* __restrict__ x, u32 V, float pv, u32 pi, float* bv_out, u32* bi_out) {
-    __shared__ float sv[SEL_THREADS / WARP];
-    __shared__ u32 si[SEL_THREADS / WARP];
-    float bv = 0.0f;
-    u32 bi = NONE;
-    for (u32 i = tid_x(); i < V; i += SEL_THREADS) {
-        const float v = x[i];
-        if (pi != NONE && !ranks_before(pv, pi, v, i)) continue;
-        if (bi == NONE || ranks_before(v, i, bv, bi)) {
-            bv = v;
-            bi = i;
-        }
-    }
-#pragma unroll
-    for (u32 m = 16; m > 0; m >>= 1) {
-        const float ov = shfl_xor(bv, m);
-        const u32 oi = (u32)shfl_xor_i32((i32)bi, m);
-        if (oi != NONE && (bi == NONE || ranks_before(ov, oi, bv, bi))) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-    const u32 w = tid_x() / WARP;
-    if (lane_id() == 0) {
-        sv[w] = bv;
-        si[w] = bi;
-    }
-    sync_block();
-    bv = sv[0];
-    bi = si[0];
-#pragma unroll
-    for (u32 k = 1; k < SEL_THREADS / WARP; ++k) {
-        if (si[k] != NONE && (bi == NONE || ranks_before(sv[k], si[k], bv, bi))) {
-            bv = sv[k];
-            bi = si[k];
-        }
-    }
-    sync_block();
-    *bv_out = bv;
-    *bi_out = bi;
-}
 
 // ArgMax in two launches of argmax_f32: pass 0 finds the best (value, index) of each
 // ARGMAX_CHUNK elements of a row (grid: rows x parts, every thread holding ARGMAX_ITEMS
@@ -146,20 +101,162 @@ KERNEL(SEL_THREADS) argmax_f32(const float* __restrict__ x, float* __restrict__ 
     }
 }
 
-KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ values, i32* __restrict__ indices,
-                              u32 V, u32 k) {
-    const float* row = x + (u64)bid_x() * V;
-    float pv = 0.0f;
-    u32 pi = NONE;
-    for (u32 r = 0; r < k; ++r) {
-        float bv;
-        u32 bi;
-        best_after(row, V, pv, pi, &bv, &bi);
-        if (tid_x() == 0) {
-            values[(u64)bid_x() * k + r] = bv;
-            indices[(u64)bid_x() * k + r] = (i32)bi;
+// TopK in one or two launches of top_k_f32. Pass 0 (grid rows x parts) takes the kc = min(k,
+// ARGMAX_CHUNK) best of each ARGMAX_CHUNK elements of a row; pass 1 (grid rows, only when a row
+// has more than one part) takes the k best of a row's parts * kc candidates. Both run the same
+// merge: every thread keeps the best TOPK_LIST of its own elements in a sorted register list,
+// and each of the rounds takes the block's best list head (block_best) and pops it from the
+// thread that owns it (indices are unique, so exactly one thread does). The order is strict and
+// total, so the k best of the union of the parts' kc best are the row's k best: exact.
+constexpr u32 TOPK_LIST = ARGMAX_ITEMS;
+
+// A thread's best not yet taken elements, sorted (index NONE = empty slot, empty slots last).
+// `dropped`: some of the thread's remaining elements did not fit; every one of them ranks after
+// every listed one (an element is only ever dropped in favour of better ones), so the head is
+// the thread's best remaining element until the list runs empty, and then the list is refilled.
+struct TopList {
+    float v[TOPK_LIST];
+    u32 i[TOPK_LIST];
+    bool dropped;
+};
+
+DEV void list_clear(TopList& l) {
+#pragma unroll
+    for (u32 j = 0; j < TOPK_LIST; ++j) {
+        l.v[j] = 0.0f;
+        l.i[j] = NONE;
+    }
+    l.dropped = false;
+}
+
+// Inserts (ov, oi) (oi != NONE) if it ranks before the last slot, then bubbles it up. Static
+// indices only, so the list stays in registers.
+DEV void list_insert(TopList& l, float ov, u32 oi) {
+    constexpr u32 L = TOPK_LIST - 1;
+    if (l.i[L] != NONE) {
+        l.dropped = true;
+        if (!ranks_before(ov, oi, l.v[L], l.i[L])) return;
+    }
+    l.v[L] = ov;
+    l.i[L] = oi;
+#pragma unroll
+    for (u32 j = L; j > 0; --j) {
+        if (l.i[j] != NONE && (l.i[j - 1] == NONE || ranks_before(l.v[j], l.i[j], l.v[j - 1], l.i[j - 1]))) {
+            const float tv = l.v[j];
+            const u32 ti = l.i[j];
+            l.v[j] = l.v[j - 1];
+            l.i[j] = l.i[j - 1];
+            l.v[j - 1] = tv;
+            l.i[j - 1] = ti;
         }
-        pv = bv;
-        pi = bi;
+    }
+}
+
+DEV void list_pop(TopList& l) {
+#pragma unroll
+    for (u32 j = 0; j + 1 < TOPK_LIST; ++j) {
+        l.v[j] = l.v[j + 1];
+        l.i[j] = l.i[j + 1];
+    }
+    l.i[TOPK_LIST - 1] = NONE;
+}
+
+// Pass 0's elements of a thread: (row[e], e) for e = base + tid + j * SEL_THREADS < end,
+// j < ARGMAX_ITEMS (so they always fit the list and a refill never happens).
+struct ChunkSrc {
+    const float* row;
+    u32 base, end;
+};
+
+// The list of the thread's elements that rank after (lv, li) (all if li == NONE).
+DEV void fill(const ChunkSrc& s, TopList& l, float lv, u32 li) {
+    float v[ARGMAX_ITEMS];
+#pragma unroll
+    for (u32 j = 0; j < ARGMAX_ITEMS; ++j) {
+        const u32 e = s.base + tid_x() + j * SEL_THREADS;
+        v[j] = e < s.end ? s.row[e] : 0.0f;
+    }
+    list_clear(l);
+#pragma unroll
+    for (u32 j = 0; j < ARGMAX_ITEMS; ++j) {
+        const u32 e = s.base + tid_x() + j * SEL_THREADS;
+        if (e < s.end && (li == NONE || ranks_before(lv, li, v[j], e))) list_insert(l, v[j], e);
+    }
+}
+
+// Pass 1's elements of a thread: candidates c = tid + m * SEL_THREADS < n of a row (value cv[c],
+// row index ci[c]; NONE marks a part that had fewer than kc elements).
+struct CandSrc {
+    const float* cv;
+    const u32* ci;
+    u32 n;
+};
+
+DEV void fill(const CandSrc& s, TopList& l, float lv, u32 li) {
+    list_clear(l);
+    // ARGMAX_ITEMS independent loads in flight per batch (the inserts depend on each other).
+    for (u32 c0 = tid_x(); c0 < s.n; c0 += ARGMAX_ITEMS * SEL_THREADS) {
+        float v[ARGMAX_ITEMS];
+        u32 i[ARGMAX_ITEMS];
+#pragma unroll
+        for (u32 j = 0; j < ARGMAX_ITEMS; ++j) {
+            const u32 c = c0 + j * SEL_THREADS;
+            v[j] = c < s.n ? s.cv[c] : 0.0f;
+            i[j] = c < s.n ? s.ci[c] : NONE;
+        }
+#pragma unroll
+        for (u32 j = 0; j < ARGMAX_ITEMS; ++j) {
+            if (i[j] != NONE && (li == NONE || ranks_before(lv, li, v[j], i[j]))) list_insert(l, v[j], i[j]);
+        }
+    }
+}
+
+// The `rounds` best elements of the block's threads (from `src`), best first, into out_v/out_i
+// (index NONE where there are fewer elements). Every thread must call it.
+template <class Src>
+DEV void block_top_k(const Src& src, u32 rounds, float* __restrict__ out_v, u32* __restrict__ out_i) {
+    TopList l;
+    fill(src, l, 0.0f, NONE);
+    for (u32 r = 0; r < rounds; ++r) {
+        float bv = l.v[0];
+        u32 bi = l.i[0];
+        block_best(&bv, &bi);
+        if (bi == NONE) {
+            // Every thread is out of elements (bi is the same in all of them): pad with NONE.
+            for (u32 q = r + tid_x(); q < rounds; q += SEL_THREADS) {
+                out_v[q] = 0.0f;
+                out_i[q] = NONE;
+            }
+            return;
+        }
+        if (tid_x() == 0) {
+            out_v[r] = bv;
+            out_i[r] = bi;
+        }
+        if (bi == l.i[0]) {
+            list_pop(l);
+            if (l.i[0] == NONE && l.dropped) fill(src, l, bv, bi);
+        }
+    }
+}
+
+KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ part_v, u32* __restrict__ part_i,
+                              float* __restrict__ values, i32* __restrict__ indices, u32 V, u32 k, u32 kc,
+                              u32 parts, u32 pass) {
+    // i32 and u32 may alias (same type up to signedness); NONE is never written there (k <= V).
+    u32* out_i = (u32*)indices;
+    if (pass == 0) {
+        const u32 base = bid_y() * ARGMAX_CHUNK;
+        const ChunkSrc src{x + (u64)bid_x() * V, base, V - base < ARGMAX_CHUNK ? V : base + ARGMAX_CHUNK};
+        if (parts == 1) {
+            block_top_k(src, k, values + (u64)bid_x() * k, out_i + (u64)bid_x() * k);
+        } else {
+            const u64 o = ((u64)bid_x() * parts + bid_y()) * kc;
+            block_top_k(src, kc, part_v + o, part_i + o);
+        }
+    } else {
+        const u64 o = (u64)bid_x() * parts * kc;
+        const CandSrc src{part_v + o, part_i + o, parts * kc};
+        block_top_k(src, k, values + (u64)bid_x() * k, out_i + (u64)bid_x() * k);
     }
 }

@@ -14,6 +14,8 @@
 //! argmax for whole-model logits. Integer outputs (argmax, top-k indices) must match exactly.
 
 mod common;
+#[path = "common/select_case.rs"]
+mod select_case;
 
 use common::{f32s, rel_err};
 use deltaspec::backend::hip::HipBackend;
@@ -905,6 +907,62 @@ fn argmax_and_top_k_with_ties_and_nan() {
             &[],
         );
     }
+}
+
+/// Runs top-k for every k in `ks` over the rows `rows` of [`select_case::top_k_rows`] of width `v`
+/// and asserts that the GPU equals the CPU bit for bit.
+fn top_k_case(p: &mut Pair, seed: u64, v: usize, rows: &[usize], ks: &[usize]) {
+    let all = select_case::top_k_rows(&mut Rng::new(seed), v);
+    let x: Vec<f32> = rows
+        .iter()
+        .flat_map(|&r| all[r * v..(r + 1) * v].iter().copied())
+        .collect();
+    let mut b = GraphBuilder::new();
+    let xi = b.input("x", DType::F32, &[rows.len(), v]).unwrap();
+    for &k in ks {
+        let (vals, idx) = b.top_k(xi, k).unwrap();
+        b.output(&format!("values{k}"), vals).unwrap();
+        b.output(&format!("indices{k}"), idx).unwrap();
+    }
+    let (cpu, gpu) = p.run(&b.build(), &[("x", HostData::F32(x))]);
+    assert_eq!(cpu.len(), gpu.len());
+    for ((name, want), (_, got)) in cpu.iter().zip(&gpu) {
+        select_case::assert_same(&format!("V={v} rows {rows:?} {name}"), want, got);
+    }
+}
+
+const ALL_ROWS: [usize; select_case::ROWS] = [0, 1, 2, 3, 4, 5];
+
+/// The two-pass top-k (parts of 2048 elements, then a merge) against the CPU: one part, a last
+/// part shorter than k, odd widths, k up to 64. (The cases are sized for the CPU emulator, which
+/// pays for every barrier of every round.)
+#[test]
+fn top_k_two_pass_matches_cpu_exactly() {
+    let Some(mut p) = Pair::new("top_k_two_pass", &WeightStore::default(), &[]) else {
+        return;
+    };
+    top_k_case(&mut p, 41, 300, &ALL_ROWS, &[1, 16, 64]);
+    top_k_case(&mut p, 42, 2049, &ALL_ROWS, &[16, 64]);
+    top_k_case(&mut p, 43, 5003, &ALL_ROWS, &[1, 8, 16, 64]);
+}
+
+/// 35 parts: with k = 64 the merge pass's thread 0 owns the nine equal maxima of row 2, more than
+/// its register list holds, so it refills from the candidates.
+#[test]
+fn top_k_wide_rows_match_cpu_exactly() {
+    let Some(mut p) = Pair::new("top_k_wide", &WeightStore::default(), &[]) else {
+        return;
+    };
+    top_k_case(&mut p, 44, 70001, &[0, 2, 4], &[16, 64]);
+}
+
+/// k past a part's length: every part keeps all its elements (kc = 2048 < k).
+#[test]
+fn top_k_past_a_part_matches_cpu_exactly() {
+    let Some(mut p) = Pair::new("top_k_past_a_part", &WeightStore::default(), &[]) else {
+        return;
+    };
+    top_k_case(&mut p, 45, 2100, &[0], &[2050]);
 }
 
 // ---------------------------------------------------------------------------------------------

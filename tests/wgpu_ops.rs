@@ -11,7 +11,9 @@ use deltaspec::util::rng::Rng;
 
 #[path = "common/gpu_case.rs"]
 mod gpu_case;
-use gpu_case::{B, check, gpu, gpu_with};
+use gpu_case::{B, check, gpu, gpu_with, run_on};
+#[path = "common/select_case.rs"]
+mod select_case;
 
 const FLOAT_TYPES: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 const BLOCK32: &[DType] = &[
@@ -420,6 +422,31 @@ fn argmax_and_top_k() {
             b.out("i40", i);
         }
         check(&mut g, &b.case(), 0.0, &format!("select W={w}"));
+    }
+}
+
+/// Top-k against the CPU bit for bit on rows built to trip a chunked top-k (ties across chunks,
+/// all equal, all NaN, the best at the end), odd widths, k up to 64.
+#[test]
+fn top_k_matches_cpu_exactly() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng::new(43);
+    for v in [300usize, 5003, 70001] {
+        let x = select_case::top_k_rows(&mut rng, v);
+        let mut b = B::new(5);
+        let xi = b.input_f32("x", &[select_case::ROWS, v], x);
+        for k in [1usize, 8, 16, 64] {
+            let (vals, idx) = b.b.top_k(xi, k).unwrap();
+            b.out(&format!("values{k}"), vals);
+            b.out(&format!("indices{k}"), idx);
+        }
+        let c = b.case();
+        let mut cpu = backend::create("cpu").unwrap();
+        let (want, _) = run_on(cpu.as_mut(), &c, 1);
+        let (got, _) = run_on(&mut g, &c, 1);
+        for ((name, w), (_, o)) in want[0].iter().zip(&got[0]) {
+            select_case::assert_same(&format!("V={v} {name}"), w, o);
+        }
     }
 }
 

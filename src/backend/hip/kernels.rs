@@ -151,7 +151,8 @@ pub fn qgemv_tile(n: usize) -> u32 {
         .unwrap_or(16)
 }
 
-/// Elements of a row one `argmax_part_f32` block reduces (`ARGMAX_CHUNK` in `hip/select.hip`).
+/// Elements of a row one pass-0 block of `argmax_f32` or `top_k_f32` reduces (`ARGMAX_CHUNK` in
+/// `hip/select.hip`).
 pub const ARGMAX_CHUNK: usize = 256 * 8;
 /// Attention variants: head-dim elements per lane (hd <= 32 · HDL).
 pub const ATTN_HDL: &[u32] = &[1, 2, 4, 8];

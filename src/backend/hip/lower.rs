@@ -769,20 +769,58 @@ pub(super) fn node(
         }
         Op::TopK { k } => {
             let x = inp(0);
+            let (rows, v, k) = (x.shape[0], x.shape[1], *k);
+            if rows == 0 {
+                return Ok(());
+            }
+            // Pass 0 keeps the kc best of every ARGMAX_CHUNK elements of a row (grid: rows x
+            // parts); with more than one part, pass 1 merges a row's parts * kc candidates.
+            let parts = v.div_ceil(kernels::ARGMAX_CHUNK);
+            let kc = k.min(kernels::ARGMAX_CHUNK);
+            let cands = rows * parts * kc;
+            let (part_v, part_i) = if parts > 1 {
+                let p = be.scratch(cands * 8)?;
+                (p, p + (cands * 4) as DevPtr)
+            } else {
+                (0, 0)
+            };
+            let args = |pass: u32| -> Result<Vec<Arg>, BackendError> {
+                Ok(vec![
+                    p_in(0),
+                    Arg::P(part_v),
+                    Arg::P(part_i),
+                    p_out(0),
+                    p_out(1),
+                    u32_of(v)?,
+                    u32_of(k)?,
+                    u32_of(kc)?,
+                    u32_of(parts)?,
+                    Arg::U32(pass),
+                ])
+            };
             launch(
                 be,
                 "select",
                 "top_k_f32",
-                [blocks(x.shape[0] as u64, 1), 1, 1],
-                256,
-                &[
-                    p_in(0),
-                    p_out(0),
-                    p_out(1),
-                    u32_of(x.shape[1])?,
-                    u32_of(*k)?,
+                [
+                    blocks(rows as u64, 1),
+                    blocks(v as u64, kernels::ARGMAX_CHUNK as u64),
+                    1,
                 ],
-            )
+                256,
+                &args(0)?,
+            )?;
+            if parts > 1 {
+                launch(
+                    be,
+                    "select",
+                    "top_k_f32",
+                    [blocks(rows as u64, 1), 1, 1],
+                    256,
+                    &args(1)?,
+                )?;
+            }
+            Ok(())
         }
     }
 }
