@@ -1,13 +1,28 @@
-// Gated delta net, recurrent form, token by token. Workgroup (h, block) owns value head h and
-// WG of its state columns; each thread keeps one column S[:, j] (DK values) in registers for
-// all T tokens. Per token: q, k of the key head are staged in workgroup memory and
-// L2-normalised, then S = e^g·S; kv = Sᵀk; δ = β·(v − kv); S += k ⊗ δ; o = Sᵀq.
+// Gated delta net, recurrent form, token by token (model notes §4.3-4.4; the CPU reference
+// src/backend/cpu/kernels/gdn.rs). Per token t and value head h with key head kh:
+//   q, k L2-normalised (q then scaled by dk^-0.5), β = sigmoid(b), g = ssm_a·softplus(a + dt_bias)
+//   S = e^g·S;  kv = Sᵀk;  δ = β·(v − kv);  S += k ⊗ δ;  o = Sᵀq
+// State S [nv, DK, dv] (f32), column j of head h at S[h·DK·dv + i·dv + j].
+//
+// Workgroup (h, block) owns COLS state columns of head h for all T tokens. Each column is split
+// over SPLIT consecutive lanes ("parts"); part p keeps rows i = r·SPLIT + p (r < R = DK/SPLIT)
+// in registers, so the state is read once and written once per call, and a warp's load of one
+// r touches SPLIT rows × (its columns) contiguous runs. Rows interleave by part so the lanes of
+// a column read distinct workgroup-memory banks. Per token the raw q, k of key head kh are
+// staged in workgroup memory; every lane sums the squares, k·S and q·S over its rows and the
+// SPLIT lanes of a column combine them with xor shuffles (SG: needs subgroups of at least
+// SPLIT lanes, which the lowering checks) or through workgroup memory. The butterfly gives every
+// lane of a column the same bits (float addition commutes), so all columns use identical norms
+// and a token's results do not depend on T or on where it sits in the call.
+//
 // TREE (graph op GatedDeltaNetTree): row t starts from its parent's state (kept in registers
 // when the parent is row t − 1, else reloaded from Tok[parent] or, for parent < 0, from S) and
-// its updated columns go to Tok[t]; S is only read. A thread reads back only the columns it
-// wrote itself, so rows need no barrier for them.
-// Constants: WG, DK (≥ dk). Params: 0 T, 1 nk, 2 nv, 3 dk, 4 dv, 5 head map (0 tiled,
-// 1 grouped), 6 l2 eps (f32), 7 q scale (f32).
+// its updated state goes to Tok[t]; S is only read. A lane reads back only the entries it wrote
+// itself, so rows need no barrier for them.
+//
+// Constants: DK (= dk), COLS, SPLIT (power of two dividing DK), R = DK / SPLIT,
+// WG = COLS·SPLIT. Params: 0 T, 1 nk, 2 nv, 3 dk, 4 dv, 5 head map (0 tiled, 1 grouped),
+// 6 l2 eps (f32), 7 q scale (f32).
 
 @group(0) @binding(1) var<storage, read> QKV: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
@@ -29,6 +44,9 @@
 
 var<workgroup> qs: array<f32, DK>;
 var<workgroup> ks: array<f32, DK>;
+//#if !SG
+var<workgroup> red: array<vec2<f32>, WG>;
+//#endif
 
 fn softplus(x: f32) -> f32 {
     if x > 20.0 {
@@ -42,90 +60,146 @@ fn softplus(x: f32) -> f32 {
     return log(1.0 + exp(x));
 }
 
+// The sum of x over the SPLIT lanes of lane's column, the same bits in each of them. Called in
+// uniform control flow by every lane (idle columns add zeros).
+fn col_sum(x: vec2<f32>, lane: u32) -> vec2<f32> {
+    var s = x;
+//#if SG
+    for (var m = 1u; m < SPLIT; m <<= 1u) {
+        s += subgroupShuffleXor(s, m);
+    }
+//#else
+    red[lane] = x;
+    workgroupBarrier();
+    let first = lane - lane % SPLIT;
+    s = red[first];
+    for (var p = 1u; p < SPLIT; p++) {
+        s += red[first + p];
+    }
+    // red is rewritten by the next sum.
+    workgroupBarrier();
+//#endif
+    return s;
+}
+
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) tid: u32,
+//#if SG
+    @builtin(subgroup_invocation_id) sg_lane: u32,
+    @builtin(subgroup_id) sg_id: u32,
+    @builtin(subgroup_size) sg_size: u32,
+//#endif
+) {
+//#if SG
+    // Shuffle partners are subgroup lanes: number the lanes by subgroup so that a column's
+    // SPLIT parts are lanes of one subgroup whatever the driver's mapping of invocation
+    // indices (subgroups of ≥ SPLIT lanes, all full but the last).
+    let lane = sg_id * sg_size + sg_lane;
+//#else
+    let lane = tid;
+//#endif
     let t_n = pu(0u);
     let nk = pu(1u);
     let nv = pu(2u);
-    let dk = pu(3u);
     let dv = pu(4u);
     let h = wid.x;
-    let j = wid.y * WG + tid;
+    let part = lane % SPLIT;
+    let j = wid.y * COLS + lane / SPLIT;
     let live = j < dv;
     var kh = h % nk;
     if pu(5u) == 1u {
         kh = h / (nv / nk);
     }
-    let key_dim = nk * dk;
+    let key_dim = nk * DK;
     let conv_dim = 2u * key_dim + nv * dv;
     let eps = pf(6u);
     let q_scale = pf(7u);
     let sa = SA_dq1(h);
     let dt = DT_dq1(h);
-    let sbase = h * dk * dv + j;
+    // Entry (row part, column j) of head h; row r·SPLIT + part is at + r·SPLIT·dv.
+    let sbase = h * DK * dv + part * dv + j;
+    let rstep = SPLIT * dv;
 
-    var s: array<f32, DK>;
+    var s: array<f32, R>;
     if live {
-        for (var i = 0u; i < dk; i++) {
-            s[i] = S[sbase + i * dv];
-        }
+//#unroll r R
+        s[%{r}] = S[sbase + %{r}u * rstep];
+//#end
     }
-    let hs = nv * dk * dv;
+//#if TREE
+    let hs = nv * DK * dv;
+//#endif
     for (var t = 0u; t < t_n; t++) {
 //#if TREE
         let par = Par[t];
         if live && par != i32(t) - 1 {
-            for (var i = 0u; i < dk; i++) {
-                if par < 0 {
-                    s[i] = S[sbase + i * dv];
-                } else {
-                    s[i] = Tok[u32(par) * hs + sbase + i * dv];
-                }
+            if par < 0 {
+//#unroll r R
+                s[%{r}] = S[sbase + %{r}u * rstep];
+//#end
+            } else {
+                let src = u32(par) * hs + sbase;
+//#unroll r R
+                s[%{r}] = Tok[src + %{r}u * rstep];
+//#end
             }
         }
 //#endif
         let row = t * conv_dim;
-        for (var i = tid; i < dk; i += WG) {
-            qs[i] = QKV[row + kh * dk + i];
-            ks[i] = QKV[row + key_dim + kh * dk + i];
+        for (var i = tid; i < DK; i += WG) {
+            qs[i] = QKV[row + kh * DK + i];
+            ks[i] = QKV[row + key_dim + kh * DK + i];
         }
         workgroupBarrier();
-        var qq = 0.0;
-        var kk = 0.0;
-        for (var i = 0u; i < dk; i++) {
-            qq += qs[i] * qs[i];
-            kk += ks[i] * ks[i];
-        }
-        let rq = 1.0 / sqrt(qq + eps);
-        let rk = 1.0 / sqrt(kk + eps);
+        var sq = vec2(0.0);
+//#unroll r R
+        let q%{r} = qs[%{r}u * SPLIT + part];
+        let k%{r} = ks[%{r}u * SPLIT + part];
+        sq += vec2(q%{r} * q%{r}, k%{r} * k%{r});
+//#end
+        let n2 = col_sum(sq, lane);
+        let rq = 1.0 / sqrt(n2.x + eps);
+        let rk = 1.0 / sqrt(n2.y + eps);
+        let beta = 1.0 / (1.0 + exp(-B[t * nv + h]));
+        let decay = exp(sa * softplus(A[t * nv + h] + dt));
+        var kv = 0.0;
+//#unroll r R
+        s[%{r}] *= decay;
+        kv += s[%{r}] * (k%{r} * rk);
+//#end
+        kv = col_sum(vec2(kv, 0.0), lane).x;
+        var v = 0.0;
         if live {
-            let beta = 1.0 / (1.0 + exp(-B[t * nv + h]));
-            let decay = exp(sa * softplus(A[t * nv + h] + dt));
-            var kv = 0.0;
-            for (var i = 0u; i < dk; i++) {
-                s[i] *= decay;
-                kv += s[i] * (ks[i] * rk);
-            }
-            let delta = (QKV[row + 2u * key_dim + h * dv + j] - kv) * beta;
-            var o = 0.0;
-            for (var i = 0u; i < dk; i++) {
-                s[i] += (ks[i] * rk) * delta;
-                o += s[i] * ((qs[i] * rq) * q_scale);
-            }
-            O[(t * nv + h) * dv + j] = o;
-//#if TREE
-            for (var i = 0u; i < dk; i++) {
-                Tok[t * hs + sbase + i * dv] = s[i];
-            }
-//#endif
+            v = QKV[row + 2u * key_dim + h * dv + j];
         }
+        let delta = (v - kv) * beta;
+        var o = 0.0;
+//#unroll r R
+        s[%{r}] += (k%{r} * rk) * delta;
+        o += s[%{r}] * ((q%{r} * rq) * q_scale);
+//#end
+        o = col_sum(vec2(o, 0.0), lane).x;
+        if live && part == 0u {
+            O[(t * nv + h) * dv + j] = o;
+        }
+//#if TREE
+        if live {
+            let dst = t * hs + sbase;
+//#unroll r R
+            Tok[dst + %{r}u * rstep] = s[%{r}];
+//#end
+        }
+//#endif
+        // qs, ks are rewritten for the next token.
         workgroupBarrier();
     }
 //#if !TREE
     if live {
-        for (var i = 0u; i < dk; i++) {
-            S[sbase + i * dv] = s[i];
-        }
+//#unroll r R
+        S[sbase + %{r}u * rstep] = s[%{r}];
+//#end
     }
 //#endif
 }

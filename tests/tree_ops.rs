@@ -330,6 +330,20 @@ fn wgpu_tree_ops_match_cpu() {
 }
 
 #[test]
+fn wgpu_tree_ops_match_cpu_without_subgroups() {
+    use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
+    match WgpuBackend::with_options(WgpuOptions {
+        poison: true,
+        int8_matmul: Some(false),
+        no_subgroups: true,
+        ..Default::default()
+    }) {
+        Ok(mut b) => matches_cpu(&mut b, "wgpu no-sg"),
+        Err(e) => eprintln!("skipped: no wgpu adapter ({e})"),
+    }
+}
+
+#[test]
 fn hip_tree_ops_match_cpu() {
     use deltaspec::backend::hip::{HipBackend, Which};
     match HipBackend::open(Which::Any) {

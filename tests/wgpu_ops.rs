@@ -270,21 +270,23 @@ fn conv_step() {
     }
 }
 
-#[test]
-fn gated_delta_net() {
-    let Some(mut g) = gpu() else { return };
-    let shapes = [
-        (2, 6, 16, 24),
-        (1, 3, 32, 40),
-        (2, 4, 64, 64),
-        (1, 1, 128, 128),
-    ];
-    for (nk, nv, dk, dv) in shapes {
+/// The delta net on (nk, nv, dk, dv, token counts): odd head counts, key dims that take 4, 2 or
+/// 1 lanes per state column (24, 6, 5), value dims that leave a workgroup's columns partly idle,
+/// and chains of up to 64 tokens (verify widths) in one call.
+const GDN_CASES: &[(usize, usize, usize, usize, &[usize])] = &[
+    (2, 6, 16, 24, &[1, 5]),
+    (1, 3, 32, 40, &[1, 5]),
+    (3, 9, 24, 37, &[1, 3, 17]),
+    (1, 5, 6, 7, &[2, 9]),
+    (1, 1, 5, 3, &[1, 4]),
+    (2, 4, 64, 64, &[1, 5]),
+    (1, 1, 128, 128, &[1, 2, 64]),
+];
+
+fn gdn_cases(g: &mut deltaspec::backend::wgpu::WgpuBackend, label: &str) {
+    for &(nk, nv, dk, dv, steps) in GDN_CASES {
         for map in [HeadMap::Tiled, HeadMap::Grouped] {
-            for t in [1usize, 5] {
-                if dk == 128 && t == 5 {
-                    continue;
-                }
+            for &t in steps {
                 let p = GdnParams {
                     nk,
                     nv,
@@ -305,13 +307,111 @@ fn gated_delta_net() {
                         .unwrap();
                 b.out("o", o);
                 check(
-                    &mut g,
+                    g,
                     &b.case(),
                     1e-5,
-                    &format!("gdn {nk}/{nv} {dk}×{dv} {map:?} T={t}"),
+                    &format!("gdn {label} {nk}/{nv} {dk}×{dv} {map:?} T={t}"),
                 );
             }
         }
+    }
+}
+
+#[test]
+fn gated_delta_net() {
+    let Some(mut g) = gpu() else { return };
+    let label = if g.subgroups() { "sg" } else { "no-sg adapter" };
+    eprintln!("gated_delta_net: {label}");
+    gdn_cases(&mut g, label);
+}
+
+#[test]
+fn gated_delta_net_without_subgroups() {
+    let Some(mut g) = gpu_with(WgpuOptions {
+        no_subgroups: true,
+        ..Default::default()
+    }) else {
+        return;
+    };
+    gdn_cases(&mut g, "no-sg");
+}
+
+/// One delta-net graph of `w` rows; weights and state drawn from seed 1, so every width gets
+/// the same ones.
+fn gdn_width_case(p: GdnParams, w: usize) -> gpu_case::Case {
+    let mut b = B::new(1);
+    let qkv = b.b.input("qkv", DType::F32, &[w, p.conv_dim()]).unwrap();
+    let beta = b.b.input("b", DType::F32, &[w, p.nv]).unwrap();
+    let alpha = b.b.input("a", DType::F32, &[w, p.nv]).unwrap();
+    let ssm_a = b.weight("ssm_a", DType::F32, &[p.nv], 0.5, -1.0);
+    let dt = b.weight("dt", DType::F32, &[p.nv], 0.5, 0.0);
+    let st = b.state("ssm", &[p.nv, p.dk, p.dv], 0.3);
+    let o =
+        b.b.gated_delta_net(p, qkv, beta, alpha, ssm_a, dt, st)
+            .unwrap();
+    b.out("o", o);
+    b.case()
+}
+
+/// Runs the `rows` rows of (qkv, b, a) through `c` (w rows per call) call after call; returns the
+/// outputs of all rows and the final state.
+fn gdn_run_rows(
+    g: &mut deltaspec::backend::wgpu::WgpuBackend,
+    c: &gpu_case::Case,
+    w: usize,
+    rows: usize,
+    data: [&[f32]; 3],
+) -> (Vec<f32>, Vec<f32>) {
+    let wts = g.upload_weights(&c.w).unwrap();
+    let decl = c.states[0].0.clone();
+    let s = g.alloc_states(std::slice::from_ref(&decl)).unwrap();
+    g.write_state(s, &decl.name, &c.states[0].1).unwrap();
+    let e = g.compile(&c.g).unwrap();
+    let mut out = Vec::new();
+    for call in 0..rows / w {
+        let inputs: Vec<(&str, HostData)> = ["qkv", "b", "a"]
+            .into_iter()
+            .zip(data)
+            .map(|(name, d)| {
+                let per = d.len() / rows;
+                (
+                    name,
+                    HostData::F32(d[call * w * per..(call + 1) * w * per].to_vec()),
+                )
+            })
+            .collect();
+        let o = g.run(e, wts, s, &inputs).unwrap();
+        out.extend(o[0].1.to_f32().unwrap());
+    }
+    (out, g.read_state(s, &decl.name).unwrap())
+}
+
+/// Speculative verify must reproduce decoding bit for bit: T rows in one delta-net call give
+/// the same outputs and final state as T one-row calls from the same state.
+#[test]
+fn gated_delta_net_rows_do_not_depend_on_the_call_width() {
+    let Some(mut g) = gpu() else { return };
+    for (nk, nv, dk, dv) in [(3, 9, 24, 37), (1, 2, 128, 128)] {
+        let p = GdnParams {
+            nk,
+            nv,
+            dk,
+            dv,
+            head_map: HeadMap::Grouped,
+            l2_eps: 1e-6,
+        };
+        let t = 6;
+        let mut rng = Rng::new(5);
+        let qkv = rng.vec_normal(t * p.conv_dim(), 1.0);
+        let b = rng.vec_normal(t * nv, 1.0);
+        let a = rng.vec_normal(t * nv, 2.0);
+        let data = [&qkv[..], &b[..], &a[..]];
+        let (o_wide, s_wide) = gdn_run_rows(&mut g, &gdn_width_case(p, t), t, t, data);
+        let (o_one, s_one) = gdn_run_rows(&mut g, &gdn_width_case(p, 1), 1, t, data);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(o_wide.len(), t * nv * dv);
+        assert_eq!(bits(&o_wide), bits(&o_one), "{dk}×{dv}: outputs");
+        assert_eq!(bits(&s_wide), bits(&s_one), "{dk}×{dv}: state");
     }
 }
 

@@ -100,6 +100,8 @@ pub struct Caps {
     /// Largest weight binding.
     pub max_binding: u64,
     pub subgroups: bool,
+    /// The device's smallest subgroup (lanes; meaningful only with `subgroups`).
+    pub subgroup_min: u32,
     /// Storage buffers one dispatch may bind.
     pub max_storage: u32,
     /// Whether to fuse (see [`fuse`]).
@@ -125,6 +127,8 @@ pub(super) struct Ctx<'g> {
     plan: &'g Plan,
     max_binding: u64,
     pub subgroups: bool,
+    /// The smallest subgroup the kernels may meet; 0 without subgroups.
+    pub subgroup_min: u32,
     pub int8: bool,
     pub q8: Option<Q8Buf>,
     pub fusion: Fusion,
@@ -433,13 +437,7 @@ impl Ctx<'_> {
             Op::GatedDeltaNet(gp) | Op::GatedDeltaNetTree(gp) => {
                 let tree = matches!(op, Op::GatedDeltaNetTree(_));
                 let t = shape(ins[0])[0];
-                let wg = if gp.dv <= 32 {
-                    32
-                } else if gp.dv <= 64 {
-                    64
-                } else {
-                    128
-                };
+                let shape = shaders::gdn_shape(gp.dk, gp.dv, self.subgroup_min);
                 let (qkv, b, a) = (self.res(ins[0]), self.res(ins[1]), self.res(ins[2]));
                 let (sa, sat) = self.whole(op, ins[3])?;
                 let (dt, dtt) = self.whole(op, ins[4])?;
@@ -452,7 +450,7 @@ impl Ctx<'_> {
                     HeadMap::Grouped => 1,
                 };
                 self.step(
-                    shaders::gdn_key(u(gp.dk)?, wg, sat, dtt).flag_if(tree, "TREE"),
+                    shaders::gdn_key(u(gp.dk)?, shape, sat, dtt).flag_if(tree, "TREE"),
                     p(&[
                         u(t)?,
                         u(gp.nk)?,
@@ -464,7 +462,7 @@ impl Ctx<'_> {
                         q_scale.to_bits(),
                     ]),
                     binds,
-                    [u(gp.nv)?, u(gp.dv.div_ceil(wg as usize))?, 1],
+                    [u(gp.nv)?, u(gp.dv.div_ceil(shape.cols as usize))?, 1],
                 );
             }
             Op::SliceLast { offset, len } => {
@@ -717,6 +715,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         plan,
         max_binding: caps.max_binding,
         subgroups: caps.subgroups,
+        subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
         q8: None,
         fusion,

@@ -673,6 +673,7 @@ impl Backend for WgpuBackend {
         let caps = lower::Caps {
             max_binding: self.max_weight_binding,
             subgroups: self.gpu.subgroups && !self.opts.no_subgroups,
+            subgroup_min: self.gpu.info.subgroup_min_size,
             max_storage: self.gpu.limits.max_storage_buffers_per_shader_stage,
             fusion: !self.opts.no_fusion
                 && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),

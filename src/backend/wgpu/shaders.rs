@@ -40,7 +40,8 @@ pub const FILES: &[(&str, &str)] = &[
 /// Templates whose kernels write every workgroup-memory word before reading it: their
 /// pipelines skip wgpu's zero-initialisation of workgroup memory (a store per word and
 /// workgroup; the GEMV's reduction buffer is up to 16 KiB).
-pub const WRITES_BEFORE_READS: &[&str] = &["matmul", "matmul_tiled", "norm", "select", "copy"];
+pub const WRITES_BEFORE_READS: &[&str] =
+    &["matmul", "matmul_tiled", "norm", "select", "copy", "gdn"];
 
 /// The decoder library spliced by `//#dequant`.
 pub const DEQUANT: &str = include_str!("../../../shaders/dequant.wgsl");
@@ -459,15 +460,19 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         }
         v.push(ShaderKey::new("conv").dq("W", t));
         v.push(ShaderKey::new("conv").flag("TREE").dq("W", t));
-        v.push(gdn_key(64, 64, t, DType::F32));
-        v.push(gdn_key(64, 64, DType::F32, t));
+        v.push(gdn_key(64, gdn_shape(64, 64, 0), t, DType::F32));
+        v.push(gdn_key(64, gdn_shape(64, 64, 0), DType::F32, t));
     }
     for (d, sg) in [(5120, true), (67, false)] {
         v.push(norm_key("L2", d, sg));
     }
-    for dk in [16, 128, 256] {
-        v.push(gdn_key(dk, 32, DType::F32, DType::F32));
-        v.push(gdn_key(dk, 32, DType::F32, DType::F32).flag("TREE"));
+    for (dk, dv) in [(16, 8), (24, 40), (128, 128), (256, 128)] {
+        for sg_min in [0, 32] {
+            let s = gdn_shape(dk, dv, if subgroups { sg_min } else { 0 });
+            let f32 = DType::F32;
+            v.push(gdn_key(dk as u32, s, f32, f32));
+            v.push(gdn_key(dk as u32, s, f32, f32).flag("TREE"));
+        }
     }
     for op in ["OP_ADD", "OP_SIGMOID_MUL", "OP_SWIGLU"] {
         v.push(ShaderKey::new("elementwise").flag(op));
@@ -498,10 +503,49 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     v
 }
 
-pub fn gdn_key(dk: u32, wg: u32, sa: DType, dt: DType) -> ShaderKey {
+/// How a gated-delta-net dispatch is shaped (see `shaders/gdn.wgsl`): state columns per
+/// workgroup, lanes per column (a power of two dividing dk), and whether the lanes of a column
+/// combine their sums with subgroup shuffles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnShape {
+    pub cols: u32,
+    pub split: u32,
+    pub sg: bool,
+}
+
+/// The gated-delta-net shape for key dim `dk`, value dim `dv` on a device whose subgroups have
+/// at least `sg_min` lanes (0: no subgroups). Four lanes per column (dk = 128: 32 state values
+/// in registers per lane, as the hip kernel) and 16 columns per workgroup (64 lanes; 27B:
+/// 48 × 8 workgroups). Shuffles need every column's lanes in one subgroup: sg_min ≥ split.
+/// `DELTASPEC_WGPU_GDN_SPLIT` (1..32) and `DELTASPEC_WGPU_GDN_COLS` (1..256) override them
+/// (tuning runs).
+pub fn gdn_shape(dk: usize, dv: usize, sg_min: u32) -> GdnShape {
+    let mut split = env_u32("DELTASPEC_WGPU_GDN_SPLIT")
+        .filter(|s| (1..=32).contains(s))
+        .map_or(4, |s| 1 << s.ilog2());
+    while split > 1 && !dk.is_multiple_of(split as usize) {
+        split /= 2;
+    }
+    let want = env_u32("DELTASPEC_WGPU_GDN_COLS")
+        .filter(|c| (1..=256).contains(c))
+        .unwrap_or(16);
+    // At most 256 lanes (WebGPU's default limit), no more columns than the head has.
+    let cols = want.min(256 / split).min(dv.max(1) as u32);
+    GdnShape {
+        cols,
+        split,
+        sg: sg_min >= split,
+    }
+}
+
+pub fn gdn_key(dk: u32, s: GdnShape, sa: DType, dt: DType) -> ShaderKey {
     ShaderKey::new("gdn")
-        .c("WG", wg)
+        .c("WG", s.cols * s.split)
+        .c("COLS", s.cols)
+        .c("SPLIT", s.split)
         .c("DK", dk)
+        .c("R", dk / s.split)
+        .flag_if(s.sg, "SG")
         .dq("SA", sa)
         .dq("DT", dt)
 }
