@@ -293,3 +293,99 @@ fn fused_projections_and_swiglu_int8() {
         }
     }
 }
+
+/// The decode graph's norms feeding int8 GEMVs: add_rms_norm → a projection, rms_norm of the
+/// residual sum → two projections (one fused group), gated_rms_norm per head → (a view) → an
+/// out projection. Row widths `d`: one block, odd block counts, a partly masked last pass.
+fn norms_into_gemvs(n: usize, d: usize, t: DType) -> Case {
+    let mut b = B::new(900 + (n * d) as u64);
+    let x = b.input("x", &[n, d], 1.0);
+    let r = b.input("r", &[n, d], 1.0);
+    let w1 = b.weight("w1", DType::F32, &[d], 0.2, 1.0);
+    let (s, y1) = b.b.add_rms_norm(x, r, w1, 1e-6).unwrap();
+    let wa = b.weight("a", t, &[19, d], 0.5, 0.0);
+    let a = b.b.matmul(y1, wa).unwrap();
+    b.out("sum", s);
+    b.out("y1", y1);
+    b.out("a", a);
+    let w2 = b.weight("w2", DType::F16, &[d], 0.2, 1.0);
+    let y2 = b.b.rms_norm(s, w2, 1e-6).unwrap();
+    for name in ["b", "c"] {
+        let wb = b.weight(name, t, &[7, d], 0.5, 0.0);
+        let o = b.b.matmul(y2, wb).unwrap();
+        b.out(name, o);
+    }
+    // Heads of 32 values: d / 32 heads per row.
+    let h = d / 32;
+    let xg = b.input("xg", &[n * h, 32], 1.0);
+    let z = b.input("z", &[n * h, 32], 2.0);
+    let wg = b.weight("wg", DType::F32, &[32], 0.2, 1.0);
+    let gy = b.b.gated_rms_norm(xg, z, wg, 1e-6).unwrap();
+    let gy = b.b.reshape(gy, &[n, d]).unwrap();
+    let wo = b.weight("o", t, &[11, d], 0.5, 0.0);
+    let o = b.b.matmul(gy, wo).unwrap();
+    b.out("o", o);
+    b.case()
+}
+
+#[test]
+fn norm_q8_matches_norm_then_quantize() {
+    // The fused norm writes the int8 values and scales the quantize kernel would compute from
+    // the norm's f32 output, so every GEMV result is bit-identical with the fusion off, and the
+    // norm outputs are unchanged. Three quantize dispatches fewer.
+    for no_sg in [false, true] {
+        let opts = |q8| WgpuOptions {
+            no_subgroups: no_sg,
+            int8_matmul: Some(true),
+            norm_q8: Some(q8),
+            ..Default::default()
+        };
+        let (Some(mut on), Some(mut off)) = (gpu_with(opts(true)), gpu_with(opts(false))) else {
+            return;
+        };
+        for (t, d) in [
+            (DType::Q8_0, 32),
+            (DType::Q8_0, 96),
+            (DType::Q8_0, 2080),
+            (DType::Q4K, 768),
+            (DType::Iq4Xs, 5120),
+        ] {
+            for n in [1usize, 3, 17] {
+                let c = norms_into_gemvs(n, d, t);
+                let ctx = format!("{t} d={d} N={n} (no subgroups: {no_sg})");
+                let got = run_on(&mut on, &c, 2).0;
+                let want = run_on(&mut off, &c, 1).0;
+                for run in &got {
+                    for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
+                        let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
+                        assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
+                        let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{ctx} {name}: differs with the fusion on");
+                    }
+                }
+                assert_eq!(
+                    dispatches(&mut on, &c) + 3,
+                    dispatches(&mut off, &c),
+                    "{ctx}"
+                );
+            }
+        }
+        // Against the CPU reference (f32 activations) to the int8 activation error.
+        let mut cpu = backend::create("cpu").unwrap();
+        let c = norms_into_gemvs(3, 2080, DType::Q8_0);
+        let want = run_on(cpu.as_mut(), &c, 1).0;
+        let got = run_on(&mut on, &c, 1).0;
+        for ((name, g), (_, w)) in got[0].iter().zip(&want[0]) {
+            let e = rel_err(&g.to_f32().unwrap(), &w.to_f32().unwrap());
+            let tol = if ["sum", "y1"].contains(&name.as_str()) {
+                1e-5
+            } else {
+                5e-2
+            };
+            assert!(
+                e <= tol,
+                "{name} (no subgroups: {no_sg}): vs f32 reference {e:e}"
+            );
+        }
+    }
+}

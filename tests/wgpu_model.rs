@@ -7,7 +7,7 @@ mod common;
 use common::{fixtures, rel_err};
 use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
 use deltaspec::backend::{self, Backend};
-use deltaspec::graph::Op;
+use deltaspec::graph::{Graph, Op};
 use deltaspec::model::qwen35::{GraphOptions, LogitRows};
 use deltaspec::model::{LayerKind, Qwen35, Session, synth};
 use std::path::Path;
@@ -167,6 +167,24 @@ fn hf_fixture_model() {
     compare(&m, &prompt, 3, 1e-4, "tiny-b f32");
 }
 
+/// Dispatches of `g` compiled with the given switches (`None` without an adapter).
+fn count_with(g: &Graph, no_fusion: bool, int8: bool, norm_q8: bool) -> Option<usize> {
+    let mut gpu = match WgpuBackend::with_options(WgpuOptions {
+        no_fusion,
+        int8_matmul: Some(int8),
+        norm_q8: Some(norm_q8),
+        ..Default::default()
+    }) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("skipped: no wgpu adapter ({e})");
+            return None;
+        }
+    };
+    let exe = gpu.compile(g).unwrap();
+    gpu.dispatch_count(exe)
+}
+
 #[test]
 fn decode_step_dispatch_count() {
     let m = synth_model(synth::Recipe::Q8_0, 4);
@@ -176,21 +194,7 @@ fn decode_step_dispatch_count() {
         capture: Vec::new(),
     };
     let g = m.step_graph(1, 64, &opts).unwrap();
-    let count = |no_fusion: bool| -> Option<usize> {
-        let mut gpu = match WgpuBackend::with_options(WgpuOptions {
-            no_fusion,
-            int8_matmul: Some(false),
-            ..Default::default()
-        }) {
-            Ok(g) => g,
-            Err(e) => {
-                eprintln!("skipped: no wgpu adapter ({e})");
-                return None;
-            }
-        };
-        let exe = gpu.compile(&g).unwrap();
-        gpu.dispatch_count(exe)
-    };
+    let count = |no_fusion: bool| count_with(&g, no_fusion, false, false);
     let (Some(fused), Some(plain)) = (count(false), count(true)) else {
         return;
     };
@@ -216,4 +220,15 @@ fn decode_step_dispatch_count() {
         .count();
     let attn = m.cfg.n_layers - gdn;
     assert_eq!(fused, plain - 5 * gdn - 7 * attn);
+    // Int8 activations: the norms before the fused projections and the DeltaNet gated norm
+    // before out_proj quantize for their GEMVs (the final norm reaches the lm_head through the
+    // last-row copy, which keeps its quantize dispatch).
+    let (Some(q8), Some(sep)) = (
+        count_with(&g, false, true, true),
+        count_with(&g, false, true, false),
+    ) else {
+        return;
+    };
+    eprintln!("int8: {sep} dispatches, {q8} with norm+quantize");
+    assert_eq!(q8, sep - 3 * gdn - 2 * attn);
 }

@@ -201,6 +201,13 @@ fn norms() {
         let ww = b.weight("ww", t, &[5000], 0.2, 1.0);
         let wy = b.b.rms_norm(wide, ww, 1e-6).unwrap();
         b.out("wide", wy);
+        // Wider than the register form (more than 8 vectors per thread): the looping form.
+        let wider = b.input("wider", &[2, 9000], 1.0);
+        let wr = b.input("wider_r", &[2, 9000], 1.0);
+        let w9 = b.weight("w9", t, &[9000], 0.2, 1.0);
+        let (ws, wn) = b.b.add_rms_norm(wider, wr, w9, 1e-6).unwrap();
+        b.out("wider_sum", ws);
+        b.out("wider", wn);
         check(
             g,
             &b.case(),

@@ -109,6 +109,9 @@ pub struct Caps {
     /// Int8 activations for matmuls of at most [`shaders::INT8_MAX_N`] rows over
     /// [`shaders::INT8_TYPES`] weights (see `shaders/quantize.wgsl`).
     pub int8: bool,
+    /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
+    /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
+    pub norm_q8: bool,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -130,6 +133,7 @@ pub(super) struct Ctx<'g> {
     /// The smallest subgroup the kernels may meet; 0 without subgroups.
     pub subgroup_min: u32,
     pub int8: bool,
+    norm_q8: bool,
     pub q8: Option<Q8Buf>,
     pub fusion: Fusion,
     /// Label of the node being lowered.
@@ -392,27 +396,54 @@ impl Ctx<'_> {
                 let (groups, gx) = grid(rows);
                 let params = p(&[u(rows)?, u(d)?, eps.to_bits(), scale.to_bits(), gx]);
                 let x = self.res(ins[0]);
-                let sg = self.subgroups;
-                let norm = |mode: &'static str| shaders::norm_key(mode, d, sg);
-                let (key, binds) = match op {
+                let (mode, y) = match op {
+                    Op::RmsNorm { .. } => ("RMS", outs[0]),
+                    Op::AddRmsNorm { .. } => ("ADD", outs[1]),
+                    Op::GatedRmsNorm { .. } => ("GATED", outs[0]),
+                    _ => ("L2", outs[0]),
+                };
+                // y quantized in the same dispatch when an int8 GEMV reads it.
+                let q8 = if self.norm_q8 && shaders::norm_q8_applies(mode, d) {
+                    self.int8_reader(y)
+                } else {
+                    None
+                };
+                let key = match q8 {
+                    Some(_) => shaders::norm_q8_key(mode, d, self.subgroups),
+                    None => shaders::norm_key(mode, d, self.subgroups),
+                };
+                let mut binds = vec![x];
+                let key = match op {
                     Op::RmsNorm { .. } => {
                         let (w, wt) = self.whole(op, ins[1])?;
-                        (norm("RMS").dq("W", wt), vec![x, w, self.res(outs[0])])
+                        binds.extend([w, self.res(outs[0])]);
+                        key.dq("W", wt)
                     }
                     Op::AddRmsNorm { .. } => {
                         let r = self.res(ins[1]);
                         let (w, wt) = self.whole(op, ins[2])?;
-                        let (s, y) = (self.res(outs[0]), self.res(outs[1]));
-                        (norm("ADD").dq("W", wt), vec![x, r, w, s, y])
+                        binds.extend([r, w, self.res(outs[0]), self.res(outs[1])]);
+                        key.dq("W", wt)
                     }
                     Op::GatedRmsNorm { .. } => {
                         let z = self.res(ins[1]);
                         let (w, wt) = self.whole(op, ins[2])?;
-                        (norm("GATED").dq("W", wt), vec![x, z, w, self.res(outs[0])])
+                        binds.extend([z, w, self.res(outs[0])]);
+                        key.dq("W", wt)
                     }
-                    _ => (norm("L2"), vec![x, self.res(outs[0])]),
+                    _ => {
+                        binds.push(self.res(outs[0]));
+                        key
+                    }
                 };
-                self.step(key, params, binds, groups);
+                match q8 {
+                    Some((n, k)) => {
+                        let (xq, xd) = self.norm_q8_bufs(y, n, k);
+                        binds.extend([xq, xd]);
+                        self.labelled("+q8", |cx| cx.step(key, params, binds, groups));
+                    }
+                    None => self.step(key, params, binds, groups),
+                }
             }
             Op::ConvStep | Op::ConvTree => {
                 let tree = *op == Op::ConvTree;
@@ -717,6 +748,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         subgroups: caps.subgroups,
         subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
+        norm_q8: caps.int8 && caps.norm_q8,
         q8: None,
         fusion,
         label: String::new(),

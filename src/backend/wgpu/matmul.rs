@@ -36,6 +36,49 @@ impl Ctx<'_> {
         self.int8 && INT8_TYPES.contains(&t) && k.is_multiple_of(32) && n <= INT8_MAX_N
     }
 
+    /// The int8 activation buffers sized for N = `n`, K = `k`: `(packed values, scales)`.
+    fn q8_bufs(&mut self, n: usize, k: usize) -> (Q8Buf, Res, Res) {
+        let q = match self.q8 {
+            Some(q) => q,
+            None => Q8Buf {
+                xq: self.scratch_index(0),
+                xd: self.scratch_index(0),
+                holds: None,
+            },
+        };
+        self.grow_scratch(q.xq, n * k);
+        self.grow_scratch(q.xd, n * k / 32 * 8);
+        (q, Res::Scratch(q.xq), Res::Scratch(q.xd))
+    }
+
+    /// `(N, K)` of an int8-activation GEMV that reads `y` (a node output) as its x, if any:
+    /// a norm writing `y` can quantize it for that GEMV ([`Ctx::norm_q8_bufs`]).
+    pub(super) fn int8_reader(&mut self, y: TensorId) -> Option<(usize, usize)> {
+        let g: &Graph = self.g;
+        let root = g.storage_root(y);
+        g.nodes.iter().enumerate().find_map(|(i, nd)| {
+            if nd.op != Op::MatMul
+                || self.fusion.gate_of[i].is_some()
+                || g.storage_root(nd.inputs[0]) != root
+            {
+                return None;
+            }
+            let xs = &g.tensor(nd.inputs[0]).shape;
+            let w = g.tensor(g.storage_root(nd.inputs[1]));
+            let (n, k) = (xs[0], xs[1]);
+            (w.kind == TensorKind::Weight && self.int8_applies(w.dtype, n, k)).then_some((n, k))
+        })
+    }
+
+    /// The int8 buffers a norm that writes `y` (N = `n`, K = `k` as its GEMV reads it) fills
+    /// in the same dispatch; from then on they hold `y` (its GEMVs skip the quantize).
+    pub(super) fn norm_q8_bufs(&mut self, y: TensorId, n: usize, k: usize) -> (Res, Res) {
+        let (mut q, xq, xd) = self.q8_bufs(n, k);
+        q.holds = Some((self.g.storage_root(y), None, n, k));
+        self.q8 = Some(q);
+        (xq, xd)
+    }
+
     /// Quantizes `src` (N = `n`, K = `k`) into the int8 buffers unless they hold it already:
     /// `(packed values, scales)`.
     fn quantize(
@@ -46,23 +89,14 @@ impl Ctx<'_> {
         k: usize,
     ) -> Result<(Res, Res), BackendError> {
         let blocks = n * k / 32;
-        let mut q = match self.q8 {
-            Some(q) => q,
-            None => Q8Buf {
-                xq: self.scratch_index(0),
-                xd: self.scratch_index(0),
-                holds: None,
-            },
-        };
-        self.grow_scratch(q.xq, n * k);
-        self.grow_scratch(q.xd, blocks * 8);
-        let (xq, xd) = (Res::Scratch(q.xq), Res::Scratch(q.xd));
+        let (mut q, xq, xd) = self.q8_bufs(n, k);
         let key = (src.ids.0, src.ids.1, n, k);
         // Node outputs and inputs are written once per run; a state may change in between.
         let stable = |id: TensorId| self.g.tensor(id).kind != TensorKind::State;
         let fresh = q.holds == Some(key) && stable(src.ids.0) && src.ids.1.is_none_or(stable);
         if !fresh {
-            let (groups, gx) = super::lower::grid(blocks.div_ceil(64));
+            // Eight threads per block (one vec4 each), 64 per workgroup.
+            let (groups, gx) = super::lower::grid(blocks.div_ceil(8));
             let mut binds = vec![src.x];
             binds.extend(src.gate);
             binds.extend([xq, xd]);

@@ -58,6 +58,10 @@ pub struct WgpuOptions {
     /// (integer dot products, as llama.cpp and the hip backend do); off: f32 activations, which
     /// agree with the CPU reference to rounding. `None`: on unless `DELTASPEC_WGPU_MATMUL=f32`.
     pub int8_matmul: Option<bool>,
+    /// With int8 activations: norms whose output an int8 GEMV reads write the quantized
+    /// activations themselves (no quantize dispatch). `None`: on unless
+    /// `DELTASPEC_WGPU_NORM_Q8=0`.
+    pub norm_q8: Option<bool>,
 }
 
 impl WgpuOptions {
@@ -678,6 +682,9 @@ impl Backend for WgpuBackend {
             fusion: !self.opts.no_fusion
                 && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),
             int8: self.opts.int8(),
+            norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
+                std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
+            }),
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

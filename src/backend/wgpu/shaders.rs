@@ -7,7 +7,7 @@
 //! the `array<u32>` buffer `NAME` (functions `NAME_dq4(row_byte_offset, element)`,
 //! `NAME_dq1(element)` and the GEMV work item `NAME_item`). Every decoder is written once in
 //! `shaders/dequant.wgsl`. `//#dequant8 NAME` adds the int8 work item `NAME_qitem` (section
-//! "<type> q8", for [`INT8_TYPES`]). `@binding(#)` numbers a binding after the previous one, so flags
+//! "<type> q8", for [`INT8_TYPES`]). `//#include NAME` splices a shared file of [`INCLUDES`]. `@binding(#)` numbers a binding after the previous one, so flags
 //! may add or drop bindings and the numbering stays dense. The generator prepends the params
 //! uniform and the constants.
 
@@ -37,11 +37,21 @@ pub const FILES: &[(&str, &str)] = &[
     ("quantize", include_str!("../../../shaders/quantize.wgsl")),
 ];
 
+/// Shared WGSL spliced into templates by `//#include NAME`.
+pub const INCLUDES: &[(&str, &str)] = &[("q8block", include_str!("../../../shaders/q8block.wgsl"))];
+
 /// Templates whose kernels write every workgroup-memory word before reading it: their
 /// pipelines skip wgpu's zero-initialisation of workgroup memory (a store per word and
 /// workgroup; the GEMV's reduction buffer is up to 16 KiB).
-pub const WRITES_BEFORE_READS: &[&str] =
-    &["matmul", "matmul_tiled", "norm", "select", "copy", "gdn"];
+pub const WRITES_BEFORE_READS: &[&str] = &[
+    "matmul",
+    "matmul_tiled",
+    "norm",
+    "select",
+    "copy",
+    "gdn",
+    "quantize",
+];
 
 /// The decoder library spliced by `//#dequant`.
 pub const DEQUANT: &str = include_str!("../../../shaders/dequant.wgsl");
@@ -226,6 +236,15 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                     splice_dequant(buf, *ty, &mut out)?;
                 }
             }
+        } else if let Some(name) = t.strip_prefix("//#include ") {
+            if active(&stack) {
+                let name = name.trim();
+                let (_, text) = INCLUDES
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .ok_or_else(|| format!("{}: no include '{name}'", key.file))?;
+                out.push_str(text);
+            }
         } else if active(&stack) {
             if line.contains("@binding(#)") {
                 binding += 1;
@@ -389,17 +408,38 @@ pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: 
     k
 }
 
+/// Vectors per thread a norm holds in registers (wider rows take the looping form).
+pub const NORM_NV_MAX: usize = 8;
+
 /// A norm kernel (`mode`: RMS, ADD, GATED or L2) for rows of `d` values: vec4 when `d` allows,
-/// a workgroup no wider than a row's vectors need (32..256).
+/// a workgroup no wider than a row's vectors need (32..256), the register form (REG) when a
+/// row is at most [`NORM_NV_MAX`] vectors per thread.
 pub fn norm_key(mode: &'static str, d: usize, subgroups: bool) -> ShaderKey {
     let v4 = d.is_multiple_of(4);
     let vecs = if v4 { d / 4 } else { d };
-    let wg = vecs.next_power_of_two().clamp(32, 256) as u32;
-    ShaderKey::new("norm")
-        .c("WG", wg)
+    let wg = vecs.next_power_of_two().clamp(32, 256);
+    let nv = vecs.div_ceil(wg).max(1);
+    let key = ShaderKey::new("norm")
+        .c("WG", wg as u32)
         .flag(mode)
         .flag_if(v4, "V4")
-        .flag_if(subgroups, "SG")
+        .flag_if(subgroups, "SG");
+    if nv <= NORM_NV_MAX {
+        key.c("NV", nv as u32).flag("REG")
+    } else {
+        key
+    }
+}
+
+/// Whether a norm over rows of `d` can also write the int8 GEMV activations
+/// ([`norm_q8_key`]): vec4 rows of whole 32-value blocks in the register form.
+pub fn norm_q8_applies(mode: &str, d: usize) -> bool {
+    mode != "L2" && d.is_multiple_of(32) && d / 4 <= 256 * NORM_NV_MAX
+}
+
+/// [`norm_key`] that also writes y quantized for the int8 GEMV (XQ, XD after Y).
+pub fn norm_q8_key(mode: &'static str, d: usize, subgroups: bool) -> ShaderKey {
+    norm_key(mode, d, subgroups).flag("Q8")
 }
 
 /// The tiled kernel's input-row tile for `n` rows.
@@ -454,8 +494,11 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         }
         v.push(ShaderKey::new("embed").dq("W", t));
         for mode in ["RMS", "ADD", "GATED"] {
-            for (d, sg) in [(5120, true), (67, false), (128, subgroups)] {
+            for (d, sg) in [(5120, true), (67, false), (128, subgroups), (9000, false)] {
                 v.push(norm_key(mode, d, sg).dq("W", t));
+            }
+            for (d, sg) in [(5120, true), (96, false), (8192, subgroups)] {
+                v.push(norm_q8_key(mode, d, sg).dq("W", t));
             }
         }
         v.push(ShaderKey::new("conv").dq("W", t));
@@ -463,7 +506,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         v.push(gdn_key(64, gdn_shape(64, 64, 0), t, DType::F32));
         v.push(gdn_key(64, gdn_shape(64, 64, 0), DType::F32, t));
     }
-    for (d, sg) in [(5120, true), (67, false)] {
+    for (d, sg) in [(5120, true), (67, false), (9000, true)] {
         v.push(norm_key("L2", d, sg));
     }
     for (dk, dv) in [(16, 8), (24, 40), (128, 128), (256, 128)] {
@@ -642,7 +685,9 @@ mod tests {
             }
             let stem = path.file_stem().unwrap().to_str().unwrap();
             assert!(
-                stem == "dequant" || FILES.iter().any(|(n, _)| *n == stem),
+                stem == "dequant"
+                    || FILES.iter().any(|(n, _)| *n == stem)
+                    || INCLUDES.iter().any(|(n, _)| *n == stem),
                 "{} is not registered in FILES, so no variant of it is validated",
                 path.display()
             );
