@@ -13,6 +13,13 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("DELTASPEC_PROFILE").is_ok_and(|v| v != "0" && !v.is_empty()))
 }
 
+/// `DELTASPEC_PROFILE=sync`: time each node by host syncs around it (launch cost included)
+/// instead of device events between queued launches (the GPU's own time per node).
+pub fn sync_mode() -> bool {
+    static SYNC: OnceLock<bool> = OnceLock::new();
+    *SYNC.get_or_init(|| std::env::var("DELTASPEC_PROFILE").is_ok_and(|v| v == "sync"))
+}
+
 /// Adds one timed call of `key`.
 pub fn record(key: String, secs: f64) {
     let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
@@ -60,7 +67,7 @@ pub fn report(per: f64) {
     }
     eprintln!(
         "{:<44} {:>8} {:>11.3}",
-        "total (synchronised)",
+        "total (timed nodes)",
         "",
         1e3 * total / per
     );

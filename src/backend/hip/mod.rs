@@ -158,6 +158,8 @@ pub struct HipBackend {
     /// Kernel launches so far (tests and profile mode count launches per run with it).
     /// Shared so a test can read it while a session holds the backend.
     launches: std::rc::Rc<std::cell::Cell<u64>>,
+    /// Events of the per-node device timing (`DELTASPEC_PROFILE=1`), grown to the largest graph.
+    profile_events: RefCell<Vec<Handle>>,
     /// Uploads and readbacks of runs so far.
     io: std::cell::Cell<RunIo>,
     /// Weight rows per warp of the int8 GEMV at 8 and 16 input rows, where a wide variant
@@ -234,6 +236,7 @@ impl HipBackend {
                 _ => &[16],
             },
             launches: Default::default(),
+            profile_events: Default::default(),
             io: Default::default(),
             // Unset: the measured best per tile (`Some(0)`); "portable" (or 1): off.
             qgemv_wide: match std::env::var("DELTASPEC_HIP_QGEMV_ROWS").as_deref() {
@@ -533,10 +536,14 @@ impl HipBackend {
         Ok((*b, b.bytes / 4))
     }
 
-    /// Launches every node of a run in order (`profiling`: timed one by one, synced around each).
+    /// Launches every node of a run in order (`profiling`: timed one by one, by device events
+    /// between the queued launches, or by host syncs around each with `DELTASPEC_PROFILE=sync`).
     fn launch_nodes(&self, env: &lower::Env, profiling: bool) -> Result<(), BackendError> {
         self.quantized.set(None);
         let fusion = &env.ex.fusion;
+        if profiling && !crate::backend::profile::sync_mode() {
+            return self.launch_nodes_timed(env);
+        }
         for (i, node) in env.graph.nodes.iter().enumerate() {
             if !profiling {
                 fused::node(self, env, fusion, i, node)?;
@@ -549,6 +556,42 @@ impl HipBackend {
             crate::backend::profile::record(
                 crate::backend::profile_key(env.graph, node),
                 t.elapsed().as_secs_f64(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Launches every node with an event recorded after each, then reads the device time
+    /// between consecutive events: what each node costs on the GPU while the queue stays full
+    /// (a node the host could not launch in time also carries the idle gap before it).
+    fn launch_nodes_timed(&self, env: &lower::Env) -> Result<(), BackendError> {
+        let n = env.graph.nodes.len();
+        {
+            let mut pool = self.profile_events.borrow_mut();
+            while pool.len() < n + 1 {
+                pool.push(self.drv.event_create().map_err(|e| self.dev_err(e))?);
+            }
+        }
+        let pool = self.profile_events.borrow();
+        let fusion = &env.ex.fusion;
+        self.drv
+            .event_record(pool[0])
+            .map_err(|e| self.dev_err(e))?;
+        for (i, node) in env.graph.nodes.iter().enumerate() {
+            fused::node(self, env, fusion, i, node)?;
+            self.drv
+                .event_record(pool[i + 1])
+                .map_err(|e| self.dev_err(e))?;
+        }
+        self.drv.sync().map_err(|e| self.dev_err(e))?;
+        for (i, node) in env.graph.nodes.iter().enumerate() {
+            let ms = self
+                .drv
+                .event_elapsed_ms(pool[i], pool[i + 1])
+                .map_err(|e| self.dev_err(e))?;
+            crate::backend::profile::record(
+                crate::backend::profile_key(env.graph, node),
+                f64::from(ms) / 1e3,
             );
         }
         Ok(())
@@ -1008,6 +1051,9 @@ impl Backend for HipBackend {
 impl Drop for HipBackend {
     fn drop(&mut self) {
         let _ = self.drv.sync();
+        for e in self.profile_events.borrow_mut().drain(..) {
+            let _ = self.drv.event_destroy(e);
+        }
         self.graphs
             .borrow_mut()
             .drop_where(self.drv.as_ref(), |_| true);

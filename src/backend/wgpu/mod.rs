@@ -314,10 +314,24 @@ impl WgpuBackend {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let sm = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(key.file),
             source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        };
+        let sm = if shaders::runtime_checks() {
+            dev.create_shader_module(desc)
+        } else {
+            // SAFETY: the shaders are ours (shaders/*.wgsl, generated variants), not user input.
+            // Every loop is bounded by a uniform size; every local array index is a constant
+            // after unrolling or bounded by the array's length in the shader's own logic; buffer
+            // indices are bounded by the sizes the lowering binds (checked against the graph's
+            // shapes before any dispatch), and the Vulkan device keeps robust buffer access on
+            // where the adapter has it. Naga's injected clamps and loop counters cost ALU in the
+            // GEMV inner loops; `DELTASPEC_WGPU_CHECKS=1` restores them.
+            unsafe {
+                dev.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        };
         let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key.file),
             layout: Some(&pl),

@@ -53,6 +53,15 @@ pub const WRITES_BEFORE_READS: &[&str] = &[
     "quantize",
 ];
 
+/// Whether pipelines keep naga's runtime checks (index clamps, loop-bounding counters):
+/// `DELTASPEC_WGPU_CHECKS=1`. Off by default: the shaders are ours and bounded by construction.
+pub fn runtime_checks() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("DELTASPEC_WGPU_CHECKS").is_ok_and(|v| v != "0" && !v.is_empty())
+    })
+}
+
 /// The decoder library spliced by `//#dequant`.
 pub const DEQUANT: &str = include_str!("../../../shaders/dequant.wgsl");
 
