@@ -204,7 +204,7 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
 // the result equals matmul → matmul → swiglu bit for bit).
-template <class Q, u32 NT, u32 R, bool GLU>
+template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0>
 DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
                u32 M, u64 row_bytes, u32 wi) {
@@ -233,7 +233,8 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         // U items per lane in flight: every weight load of a group is issued before the first
         // one is used (a single item per iteration left the 1-row GEMV latency-bound at ~1.8 TB/s).
         // The items are still accumulated in increasing s, so the sums are the same for every U.
-        constexpr u32 U = qgemv_unroll(NT, R, Q::UMAX);
+        // UF: a forced U (the 1-row variants below); 0: the type's default for this tile.
+        constexpr u32 U = UF ? UF : qgemv_unroll(NT, R, Q::UMAX);
         u32 s = lane;
         for (; s + (U - 1) * WARP < nb; s += U * WARP) {
             QItem it[U][R];
@@ -266,11 +267,11 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 // projections, gate/up): blocks are dealt to segments by their cumulative block counts, each
 // segment's blocks map to rows exactly as in its own launch (so results are bit-identical).
 // Unused segments have M = 0. The signature is fixed so a captured launch stays valid.
-template <class Q, u32 NT>
+template <class Q, u32 NT, u32 R = qgemv_rows(NT), u32 UF = 0>
 DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                    u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                    u32 K, u64 row_bytes) {
-    constexpr u32 RPB = qgemv_rows(NT) * QG_WARPS;
+    constexpr u32 RPB = R * QG_WARPS;
     u32 b = bid_x();
     const u8* W = W0;
     float* Y = Y0;
@@ -283,8 +284,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qgemv<Q, NT, qgemv_rows(NT), false>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,
-                                        b * QG_WARPS + tid_x() / WARP);
+    qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP);
 }
 
 #define DS_QGEMV(name, Q, NT)                                                                             \
@@ -342,6 +342,44 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
 DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
 
 #if !defined(__AMDGPU__)
+// 1-row variants with R weight rows per warp and U items in flight per lane (plain and 4-segment),
+// and U for the gate/up pair: named qgemv_<type>_1r<R>u<U>, qgemv4_<type>_1r<R>u<U>,
+// qgemv_glu_<type>_1u<U>. Same per-lane order as the default kernels (bit-identical); the
+// lowering picks one per weight shape (kernels::q1_variant). Mirrored by kernels::Q1_VARIANTS.
+#define DS_QGEMV1_RU(name, Q, R, U)                                                                         \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv_##name##_1r##R##u##U(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
+                               u32 K, u32 M, u64 row_bytes) {                                               \
+        qgemv<Q, 1, R, false, U>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                             \
+                                 bid_x() * QG_WARPS + tid_x() / WARP);                                      \
+    }                                                                                                       \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv4_##name##_1r##R##u##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
+                                const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,           \
+                                const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
+        qgemv_seg<Q, 1, R, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);   \
+    }
+#define DS_QGEMV1_GLU_U(name, Q, U)                                                                    \
+    KERNEL(QG_THREADS)                                                                                 \
+    qgemv_glu_##name##_1u##U(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
+                             float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                           \
+        qgemv<Q, 1, 2, true, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                             \
+                                bid_x() * QG_WARPS + tid_x() / WARP);                                  \
+    }
+#define DS_QGEMV1_TYPE(name, Q)   \
+    DS_QGEMV1_RU(name, Q, 1, 1)   \
+    DS_QGEMV1_RU(name, Q, 1, 2)   \
+    DS_QGEMV1_RU(name, Q, 1, 4)   \
+    DS_QGEMV1_RU(name, Q, 2, 1)   \
+    DS_QGEMV1_RU(name, Q, 2, 2)   \
+    DS_QGEMV1_RU(name, Q, 2, 4)   \
+    DS_QGEMV1_RU(name, Q, 4, 1)   \
+    DS_QGEMV1_RU(name, Q, 4, 2)   \
+    DS_QGEMV1_GLU_U(name, Q, 1)   \
+    DS_QGEMV1_GLU_U(name, Q, 2)   \
+    DS_QGEMV1_GLU_U(name, Q, 4)
+DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
+
 // Mirrored by kernels::QGEMV_WIDE.
 #define DS_QGEMV_WIDE_TYPE(name, Q) \
     DS_QGEMV_WIDE(name, Q, 8, 4)    \

@@ -184,7 +184,10 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
         return launch(
             be,
             "qmatmul",
-            &format!("qgemv_glu_{suffix}_{nt}"),
+            &match be.q1_variant(n, true) {
+                Some((_, u)) => format!("qgemv_glu_{suffix}_1u{u}"),
+                None => format!("qgemv_glu_{suffix}_{nt}"),
+            },
             [blocks(m as u64, warps), 1, 1], // one gate/up row pair per warp
             kernels::QGEMV_THREADS,
             &[
@@ -208,12 +211,20 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             u64::from(kernels::QMMA_ROWS),
             kernels::qmma_threads(t),
         ),
-        None => (
-            "qmatmul",
-            format!("qgemv4_{suffix}_{nt}"),
-            u64::from(kernels::qgemv_rows(nt)) * warps,
-            kernels::QGEMV_THREADS,
-        ),
+        None => match be.q1_variant(n, false) {
+            Some((r, u)) => (
+                "qmatmul",
+                format!("qgemv4_{suffix}_1r{r}u{u}"),
+                u64::from(r) * warps,
+                kernels::QGEMV_THREADS,
+            ),
+            None => (
+                "qmatmul",
+                format!("qgemv4_{suffix}_{nt}"),
+                u64::from(kernels::qgemv_rows(nt)) * warps,
+                kernels::QGEMV_THREADS,
+            ),
+        },
     };
     for chunk in grp.members.chunks(kernels::QGEMV_SEGMENTS) {
         let mut args = Vec::with_capacity(3 * kernels::QGEMV_SEGMENTS + 6);

@@ -134,9 +134,44 @@ pub fn qmma_tile(n: usize) -> Option<u32> {
         _ => Some(32),
     }
 }
+/// 1-row int8 GEMV variants `(weight rows per warp, items in flight per lane)`, named
+/// `qgemv_<type>_1r<R>u<U>` and `qgemv4_<type>_1r<R>u<U>` (`DS_QGEMV1_TYPE`, NVIDIA only).
+pub const Q1_VARIANTS: &[(u32, u32)] = &[
+    (1, 1),
+    (1, 2),
+    (1, 4),
+    (2, 1),
+    (2, 2),
+    (2, 4),
+    (4, 1),
+    (4, 2),
+];
+/// Items in flight of the 1-row gate/up variants `qgemv_glu_<type>_1u<U>`.
+pub const Q1_GLU_UNROLLS: &[u32] = &[1, 2, 4];
+/// Parses a 1-row variant `r<R>u<U>` (`DELTASPEC_HIP_Q1`) or `u<U>` (`DELTASPEC_HIP_Q1_GLU`,
+/// `r` then taken as 2) into `(R, U)` if the kernels exist.
+pub fn parse_q1(v: &str) -> Option<(u32, u32)> {
+    let (r, u) = match v.strip_prefix('r') {
+        Some(rest) => {
+            let (r, u) = rest.split_once('u')?;
+            (r.parse().ok()?, u.parse().ok()?)
+        }
+        None => (2, v.strip_prefix('u')?.parse().ok()?),
+    };
+    (Q1_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_UNROLLS.contains(&u))).then_some((r, u))
+}
 /// True for kernels only the PTX targets define.
 pub fn ptx_only(name: &str) -> bool {
+    let q1 = |name: &str| {
+        Q1_VARIANTS
+            .iter()
+            .any(|(r, u)| name.ends_with(&format!("_1r{r}u{u}")))
+            || Q1_GLU_UNROLLS
+                .iter()
+                .any(|u| name.ends_with(&format!("_1u{u}")))
+    };
     name.starts_with("qmma")
+        || name.starts_with("qgemv") && q1(name)
         || name.starts_with("qgemv_")
             && QGEMV_WIDE
                 .iter()
@@ -234,6 +269,13 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         }
         for (nt, r) in QGEMV_WIDE {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}x{r}")));
+        }
+        for (r, u) in Q1_VARIANTS {
+            v.push(("qmatmul", format!("qgemv_{ty}_1r{r}u{u}")));
+            v.push(("qmatmul", format!("qgemv4_{ty}_1r{r}u{u}")));
+        }
+        for u in Q1_GLU_UNROLLS {
+            v.push(("qmatmul", format!("qgemv_glu_{ty}_1u{u}")));
         }
         for nt in QMMA_TILES {
             v.push(("qmma", format!("qmma_{ty}_{nt}")));

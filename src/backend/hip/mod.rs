@@ -170,6 +170,10 @@ pub struct HipBackend {
     /// bit-identical to the dp4a kernel; off by default until measured on a GPU.
     /// `DELTASPEC_HIP_QGEMV_MMA=1` turns it on.
     qgemv_mma: bool,
+    /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
+    /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
+    q1_plain: Option<(u32, u32)>,
+    q1_glu: Option<(u32, u32)>,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -245,6 +249,12 @@ impl HipBackend {
                 Ok(v) => v.parse().ok(),
             },
             qgemv_mma: std::env::var("DELTASPEC_HIP_QGEMV_MMA").is_ok_and(|v| v == "1"),
+            q1_plain: std::env::var("DELTASPEC_HIP_Q1")
+                .ok()
+                .and_then(|v| kernels::parse_q1(&v)),
+            q1_glu: std::env::var("DELTASPEC_HIP_Q1_GLU")
+                .ok()
+                .and_then(|v| kernels::parse_q1(&v)),
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -340,6 +350,15 @@ impl HipBackend {
         } else {
             None
         }
+    }
+
+    /// The 1-row int8 GEMV variant `(rows per warp, items in flight)` for `n` input rows, for
+    /// a gate/up pair (`glu`) or plain/grouped projections, where one is chosen and exists here.
+    fn q1_variant(&self, n: usize, glu: bool) -> Option<(u32, u32)> {
+        if n != 1 || self.drv.api() != Api::Cuda {
+            return None;
+        }
+        if glu { self.q1_glu } else { self.q1_plain }
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
