@@ -581,8 +581,10 @@ impl HipBackend {
     }
 
     /// Launches every node with an event recorded after each, then reads the device time
-    /// between consecutive events: what each node costs on the GPU while the queue stays full
-    /// (a node the host could not launch in time also carries the idle gap before it).
+    /// between consecutive events. Where graphs work, the launches and events are captured into
+    /// a one-off graph first, so the times are those of a replayed step (launched directly, a
+    /// short node would also carry the host's launch time before it; `DELTASPEC_PROFILE=direct`
+    /// measures that way).
     fn launch_nodes_timed(&self, env: &lower::Env) -> Result<(), BackendError> {
         let n = env.graph.nodes.len();
         {
@@ -592,17 +594,45 @@ impl HipBackend {
             }
         }
         let pool = self.profile_events.borrow();
-        let fusion = &env.ex.fusion;
-        self.drv
-            .event_record(pool[0])
-            .map_err(|e| self.dev_err(e))?;
-        for (i, node) in env.graph.nodes.iter().enumerate() {
-            fused::node(self, env, fusion, i, node)?;
+        let queue = || -> Result<(), BackendError> {
+            let fusion = &env.ex.fusion;
             self.drv
-                .event_record(pool[i + 1])
+                .event_record(pool[0])
                 .map_err(|e| self.dev_err(e))?;
+            for (i, node) in env.graph.nodes.iter().enumerate() {
+                fused::node(self, env, fusion, i, node)?;
+                self.drv
+                    .event_record(pool[i + 1])
+                    .map_err(|e| self.dev_err(e))?;
+            }
+            Ok(())
+        };
+        let direct = std::env::var("DELTASPEC_PROFILE").is_ok_and(|v| v == "direct");
+        let mut captured = None;
+        if !direct && self.graphs_active() && self.drv.capture_begin().is_ok() {
+            self.capturing.set(true);
+            let queued = queue();
+            self.capturing.set(false);
+            match (queued, self.drv.capture_end()) {
+                (Ok(()), Ok(h)) => captured = Some(h),
+                (_, Ok(h)) => {
+                    let _ = self.drv.graph_destroy(h);
+                }
+                _ => {}
+            }
         }
-        self.drv.sync().map_err(|e| self.dev_err(e))?;
+        match captured {
+            Some(h) => {
+                let launched = self.drv.graph_launch(h);
+                let synced = self.drv.sync();
+                let _ = self.drv.graph_destroy(h);
+                launched.and(synced).map_err(|e| self.dev_err(e))?;
+            }
+            None => {
+                queue()?;
+                self.drv.sync().map_err(|e| self.dev_err(e))?;
+            }
+        }
         for (i, node) in env.graph.nodes.iter().enumerate() {
             let ms = self
                 .drv
