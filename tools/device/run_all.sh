@@ -76,11 +76,11 @@ if want hip; then
     step 60 env DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 64 --json
     for rows in 8 16 32; do
         step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-        # The matrix-core int8 GEMV (hip/qmma.hip, default off).
-        step 90 env DELTASPEC_HIP_QGEMV_MMA=1 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+        # The dp4a GEMV instead of the matrix-core tile (hip/qmma.hip, default on NVIDIA).
+        step 90 env DELTASPEC_HIP_QGEMV_MMA=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
     done
     step 60 env DELTASPEC_HIP_FUSION=all "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
-    step 90 env DELTASPEC_HIP_QGEMV_MMA=1 DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
+    step 90 env DELTASPEC_HIP_QGEMV_MMA=0 DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
 fi
