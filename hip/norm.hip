@@ -40,6 +40,17 @@ DEV void norm_out(float v, u64 at, float* __restrict__ y, i8* XQ, float* XD, flo
     if (Q8) q8_store_block(v, at / 32, XQ, XD, XS);
 }
 
+// Writes this thread's outputs norm(v[j] · r, i) of the values norm_load gave it (i < D).
+template <bool Q8, class F>
+DEV void norm_store(const float (&v)[NORM_NV], float r, u32 D, u64 row, F norm, float* __restrict__ y, i8* XQ,
+                    float* XD, float* XS) {
+#pragma unroll
+    for (u32 j = 0; j < NORM_NV; ++j) {
+        const u32 i = tid_x() + j * NORM_THREADS;
+        if (i < D) norm_out<Q8>(norm(v[j] * r, i), row + i, y, XQ, XD, XS);
+    }
+}
+
 template <bool Q8>
 DEV void rms_norm_impl(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
                        float* XD, float* XS, u32 D, float eps) {
@@ -50,11 +61,7 @@ DEV void rms_norm_impl(const float* __restrict__ x, const float* __restrict__ w,
         float ss = norm_load([&](u32 i) { return x[row + i]; }, D, v);
         ss = block_sum<NORM_THREADS>(ss, buf);
         const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-#pragma unroll
-        for (u32 j = 0; j < NORM_NV; ++j) {
-            const u32 i = tid_x() + j * NORM_THREADS;
-            if (i < D) norm_out<Q8>((v[j] * r) * w[i], row + i, y, XQ, XD, XS);
-        }
+        norm_store<Q8>(v, r, D, row, [&](float n, u32 i) { return n * w[i]; }, y, XQ, XD, XS);
         return;
     }
     float ss = 0.0f;
@@ -80,11 +87,7 @@ DEV void add_rms_norm_impl(const float* __restrict__ x, const float* __restrict_
         }
         ss = block_sum<NORM_THREADS>(ss, buf);
         const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-#pragma unroll
-        for (u32 j = 0; j < NORM_NV; ++j) {
-            const u32 i = tid_x() + j * NORM_THREADS;
-            if (i < D) norm_out<Q8>((v[j] * r) * w[i], row + i, y, XQ, XD, XS);
-        }
+        norm_store<Q8>(v, r, D, row, [&](float n, u32 i) { return n * w[i]; }, y, XQ, XD, XS);
         return;
     }
     float ss = 0.0f;
@@ -109,11 +112,8 @@ DEV void gated_rms_norm_impl(const float* __restrict__ x, const float* __restric
         float ss = norm_load([&](u32 i) { return x[row + i]; }, D, v);
         ss = block_sum<NORM_THREADS>(ss, buf);
         const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-#pragma unroll
-        for (u32 j = 0; j < NORM_NV; ++j) {
-            const u32 i = tid_x() + j * NORM_THREADS;
-            if (i < D) norm_out<Q8>(((v[j] * r) * w[i]) * ds_silu(z[row + i]), row + i, y, XQ, XD, XS);
-        }
+        norm_store<Q8>(
+            v, r, D, row, [&](float n, u32 i) { return (n * w[i]) * ds_silu(z[row + i]); }, y, XQ, XD, XS);
         return;
     }
     float ss = 0.0f;
