@@ -6,7 +6,9 @@
 //   words(blk, ib, t, lo, hi)   word t (values 4t .. 4t+3, first half) and word t + 4
 //                               (values 16 + 4t .., second half) of the item as packed int8,
 //                               the bytes QItem's w[t] and w[t + 4] hold;
-//   SAME: s1 is always s0;  NOMIN: m is always 0 (fewer values to exchange between lanes).
+//   SAME: s1 is always s0;  NOMIN: m is always 0 (fewer values to exchange between lanes);
+//   RAW16 (optional): an item is 16 bytes at raw(blk, ib) whose word t decode(word) turns into
+//                     words t and t + 4.
 // So a sum over fragments is the dp4a kernel's sum, and the scales are the same floats: the
 // bit-identity test (tests/hip_ops.rs matmul_int8_rows_do_not_depend_on_the_batch) checks it.
 #pragma once
@@ -37,16 +39,25 @@ struct FIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}, 8-byte a
     static constexpr bool SAME = true, NOMIN = true;
     static constexpr u32 T0 = 0xBFAD9881u, T1 = 0xF6EADDCFu, T2 = 0x26190D01u, T3 = 0x71594535u;
     DEV void scales(const u8* blk, u32 ib, float& s0, float& s1, float& m) {
-        const float d = load_f16(blk);
-        const u32 scales_h = ld_u16(blk + 2);
-        const u32 scales_l = ld_u32_a2(blk + 4);
+        // The 8-byte header as one load (the block is 8-byte aligned): in hip/qmma.hip each
+        // lane reads its row's header, so every load instruction touches 16 rows' lines.
+        const u32x2 h = *(const u32x2*)blk;
+        const float d = f16_to_f32((u16)(h.x & 0xffffu));
+        const u32 scales_h = h.x >> 16;
+        const u32 scales_l = h.y;
         const u32 lo = (scales_l >> (8 * (ib / 2) + 4 * (ib % 2))) & 0xf;
         const u32 hi = (scales_h >> (2 * ib)) & 3;
         s0 = s1 = d * qf_small_float((i32)(lo | (hi << 4)) - 32);
         m = 0.0f;
     }
+    // Item ib's 16 quant bytes, word t holding values 4t .. 4t+3 (low nibbles) and 16 + 4t ..
+    // (high): RAW16 lets hip/qmma.hip load two items' words at once and decode them here.
+    static constexpr bool RAW16 = true;
+    DEV const u8* raw(const u8* blk, u32 ib) { return blk + 8 + 16 * ib; }
     DEV void words(const u8* blk, u32 ib, u32 t, u32& lo, u32& hi) {
-        const u32 q = *(const u32*)(blk + 8 + 16 * ib + 4 * t);
+        decode(*(const u32*)(raw(blk, ib) + 4 * t), lo, hi);
+    }
+    DEV void decode(u32 q, u32& lo, u32& hi) {
 #if defined(__NVPTX__)
         // Both words from the 8 nibbles at once (llama.cpp's get_int_from_table_16): 8 byte
         // permutes and 6 other ops instead of two lut16 calls (~24); the weight decode is the

@@ -32,6 +32,19 @@
 // Tile: lane 4g + t of a warp holds weight rows g, g + 8 by inputs 2t, 2t + 1 of each group (see
 // mma_s8_16x8x16 in common.h). NVIDIA only for now (sm_80+: mma.sync); other targets keep the
 // dp4a kernel, and this file defines no kernels there.
+//
+// Loads (an estimate, not measured per kernel: H200 27B IQ4_XS 16-row GEMVs took 24.8 ms against
+// 9.7 at 1 row). A warp load costs the L1 one pass per distinct 128-byte line, and the rows of a
+// tile are distinct lines: per 16-row IQ4_XS item at 16 inputs a warp made ~96 such passes
+// (header 4 loads × 16 rows per 2 items, activations 2 loads × 8 rows per group, their scales
+// 2 × 4 per group, weight words 2 × 8), about 18 ms for the model's weights at one pass per clock
+// per SM: the L1, not DRAM, was the limit. Now ~43: the IQ4_XS header is one 8-byte load per
+// chunk of R items, two items' activation scales one 8-byte load, and an item's activations
+// (and, for IQ4_XS, two items' weight words) one 8-byte load per lane plus one exchange in the
+// quad, in the k order of qm_pos. Loads are issued for U chunks per step (more bytes in flight).
+//
+// GLU (qmma_glu_*): the 16 A rows are 8 gate rows and the same 8 columns' up rows, so one lane
+// holds gate and up sums of one column and writes silu(gate) · up itself.
 #include "qfrag.h"
 
 #if defined(DS_HAVE_MMA_S8)
@@ -61,9 +74,9 @@ constexpr u32 qmma_min_blocks(u32 tg) { return tg == 1 ? 2 : 1; }
     extern "C" __global__ __attribute__((launch_bounds(qmma_warps(TG) * WARP, qmma_min_blocks(TG)))) void
 #endif
 
-// This lane's inputs of one group: its B column's quantized row, and the XD/XS row offsets of
-// its two output inputs (rows past N repeat row N - 1; their results are dropped). The offsets
-// are u32: XD holds N · K / 32 floats, far below 2^32 at GEMV widths.
+// This lane's inputs of one group: its B column's quantized row (at byte 8·t, see qm_pair) and
+// the XD/XS row offsets of its two output inputs (rows past N repeat row N - 1; their results
+// are dropped). The offsets are u32: XD holds N · K / 32 floats, far below 2^32 at GEMV widths.
 struct QmGroup {
     const i8* xq;
     u32 xa, xc;
@@ -81,11 +94,46 @@ DEV void qmma_item(u32 sb, u32 jj, u64& boff, u32& ib) {
     }
 }
 
+// The k order of a quad. An mma sums over its 16 k slots, so any order of the 16 values of a
+// half item gives the same exact sum, as long as the weights (A) and the activations (B) use
+// the same one; the two halves stay apart (each has its own scale in the combine). Lane t of a
+// quad holds word qm_pos(t) of each half (values 4·qm_pos(t) .. + 3 and 16 + 4·qm_pos(t) .. + 3):
+// 0, 2, 1, 3. That is the order in which one 8-byte load per lane at byte 8·t of an item, plus
+// one exchange with lane t ^ 2, leaves the activations (qm_pair): lane t loads words 2t, 2t + 1
+// (half 0 for t < 2, half 1 for t >= 2), keeps one and trades the other. Two 4-byte loads at
+// 4t and 16 + 4t touch 8 rows' lines each per warp; the 8-byte load touches them once.
+DEV u32 qm_pos(u32 t) { return 2 * (t & 1) + t / 2; }
+DEV void qm_pair(u32x2 v, bool low, u32& x0, u32& x1) {
+    const u32 r = (u32)shfl_xor_i32((i32)(low ? v.y : v.x), 2);
+    x0 = low ? v.x : r;
+    x1 = low ? r : v.y;
+}
+
+// Whether the fragment decoder P has raw 16-byte items (RAW16 in hip/qfrag.h).
+template <class P, class = void>
+struct QmRaw16 {
+    static constexpr bool v = false;
+};
+template <class P>
+struct QmRaw16<P, decltype(void(P::RAW16))> {
+    static constexpr bool v = P::RAW16;
+};
+
+// Two consecutive floats at an 8-byte aligned address.
+DEV void qm_ld2(const float* p, float& a, float& b) {
+    const u32x2 v = *(const u32x2*)p;
+    a = __builtin_bit_cast(float, v.x), b = __builtin_bit_cast(float, v.y);
+}
+
 // Items s = sb .. sb + R - 1 (TAIL: those below nb) of one warp into its partials acc[jj].
-template <class P, u32 TG, u32 R, bool TAIL>
+// XD2: XD/XS rows start at even offsets (nb even), so two consecutive items' scales are one
+// 8-byte load.
+template <class P, u32 TG, u32 R, bool TAIL, bool XD2>
 DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
                     const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
-    const bool odd = t & 1;
+    static_assert(R % 2 == 0, "items are taken in pairs for the XD loads");
+    const bool odd = t & 1, low = t < 2;
+    const u32 pos = qm_pos(t);
     // Scales of all R items first, with no shuffle or mma in between, so the compiler loads a
     // block's header once for the items that share it. Even lanes decode row ra's, odd lanes
     // row rb's, and swap with the neighbour (the same floats as decoding both).
@@ -98,6 +146,8 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
         qmma_item<P, R>(sb, jj, boff, ib);
         P::scales((odd ? wb : wa) + boff, ib, sc0[jj], sc1[jj], scm[jj]);
     }
+    float xda[2][TG], xdc[2][TG], xsa[2][TG], xsc[2][TG];
+    u32 qa[2], qb[2];  // RAW16: rows ra's and rb's raw words of items jj, jj + 1 (jj even)
 #pragma unroll
     for (u32 jj = 0; jj < R; ++jj) {
         const u32 s = sb + jj;
@@ -106,8 +156,19 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
         u32 ib;
         qmma_item<P, R>(sb, jj, boff, ib);
         u32 wa0, wa1, wb0, wb1;
-        P::words(wa + boff, ib, t, wa0, wa1);
-        P::words(wb + boff, ib, t, wb0, wb1);
+        if constexpr (QmRaw16<P>::v && !TAIL) {
+            // Items jj, jj + 1 (one block, ib even): 32 bytes per row, 8 per lane, paired as
+            // the activations (qm_pair), so lane t gets word qm_pos(t) of both items.
+            if (jj % 2 == 0) {
+                qm_pair(*(const u32x2*)(P::raw(wa + boff, ib) + 8 * t), low, qa[0], qa[1]);
+                qm_pair(*(const u32x2*)(P::raw(wb + boff, ib) + 8 * t), low, qb[0], qb[1]);
+            }
+            P::decode(qa[jj % 2], wa0, wa1);
+            P::decode(qb[jj % 2], wb0, wb1);
+        } else {
+            P::words(wa + boff, ib, pos, wa0, wa1);
+            P::words(wb + boff, ib, pos, wb0, wb1);
+        }
         const float s0 = sc0[jj], s1 = sc1[jj];
         const float o0 = shfl_xor(s0, 1);
         const float o1 = P::SAME ? o0 : shfl_xor(s1, 1);
@@ -118,15 +179,39 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             const float om = shfl_xor(scm[jj], 1);
             ma = odd ? om : scm[jj], mb = odd ? scm[jj] : om;
         }
+        // The activation scales of this lane's two inputs (and sums, with a minimum): at even
+        // jj those of items jj and jj + 1, as one 8-byte load each where XD2.
+        if (jj % 2 == 0) {
+#pragma unroll
+            for (u32 tg = 0; tg < TG; ++tg) {
+                if constexpr (XD2 && !TAIL) {
+                    qm_ld2(XD + grp[tg].xa + s, xda[0][tg], xda[1][tg]);
+                    qm_ld2(XD + grp[tg].xc + s, xdc[0][tg], xdc[1][tg]);
+                    if constexpr (!P::NOMIN) {
+                        qm_ld2(XS + grp[tg].xa + s, xsa[0][tg], xsa[1][tg]);
+                        qm_ld2(XS + grp[tg].xc + s, xsc[0][tg], xsc[1][tg]);
+                    }
+                } else {
+                    xda[0][tg] = XD[grp[tg].xa + s], xdc[0][tg] = XD[grp[tg].xc + s];
+                    if constexpr (!P::NOMIN) xsa[0][tg] = XS[grp[tg].xa + s], xsc[0][tg] = XS[grp[tg].xc + s];
+                    if (!TAIL || s + 1 < nb) {  // warp-uniform
+                        xda[1][tg] = XD[grp[tg].xa + s + 1], xdc[1][tg] = XD[grp[tg].xc + s + 1];
+                        if constexpr (!P::NOMIN) {
+                            xsa[1][tg] = XS[grp[tg].xa + s + 1], xsc[1][tg] = XS[grp[tg].xc + s + 1];
+                        }
+                    }
+                }
+            }
+        }
 #pragma unroll
         for (u32 tg = 0; tg < TG; ++tg) {
-            const u32 x0 = *(const u32*)(grp[tg].xq + (u64)s * 32);
-            const u32 x1 = *(const u32*)(grp[tg].xq + (u64)s * 32 + 16);
+            u32 x0, x1;
+            qm_pair(*(const u32x2*)(grp[tg].xq + (u64)s * 32), low, x0, x1);
             i32 d0[4] = {QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS};
             i32 d1[4] = {QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS};
             mma_s8_16x8x16(d0, wa0, wb0, x0);  // values 0..15 of item s
             mma_s8_16x8x16(d1, wa1, wb1, x1);  // values 16..31
-            const float xd0 = XD[grp[tg].xa + s], xd1 = XD[grp[tg].xc + s];
+            const float xd0 = xda[jj % 2][tg], xd1 = xdc[jj % 2][tg];
             float e[4] = {xd0 * (sa0 * qm_float(d0[0]) + sa1 * qm_float(d1[0])),
                           xd1 * (sa0 * qm_float(d0[1]) + sa1 * qm_float(d1[1])),
                           xd0 * (sb0 * qm_float(d0[2]) + sb1 * qm_float(d1[2])),
@@ -136,7 +221,7 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             // acc + (-0) = acc + (+0) since acc, starting at +0, is never -0 (a sum is -0 only
             // when both terms are). So skipping the term leaves every partial's bits unchanged.
             if constexpr (!P::NOMIN) {
-                const float xs0 = XS[grp[tg].xa + s], xs1 = XS[grp[tg].xc + s];
+                const float xs0 = xsa[jj % 2][tg], xs1 = xsc[jj % 2][tg];
                 e[0] = e[0] + ma * xs0, e[1] = e[1] + ma * xs1;
                 e[2] = e[2] + mb * xs0, e[3] = e[3] + mb * xs1;
             }
@@ -146,20 +231,47 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
     }
 }
 
-// Weight rows [16·rg, 16·rg + 16) of W by all N input rows into Y[N, M].
-template <class P, u32 TG>
-DEV void qmma(const u8* __restrict__ W, const i8* __restrict__ XQ, const float* __restrict__ XD,
-              const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K, u32 M, u64 row_bytes, u32 rg) {
+// A warp's items: chunks sb, sb + 32, ... below nb, U whole chunks per step (their loads can be
+// issued together; the chunks still accumulate in order, so every U gives the same bits), then
+// the rest one by one. U = 2 doubles the weight bytes in flight per warp (16 warps × 2 chunks ×
+// 16 rows × 32 bytes per SM) at the cost of a few spilled registers at 16 input rows.
+template <class P, u32 TG, u32 R, bool XD2, u32 U>
+DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
+                   const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
+    for (; sb + (U - 1) * WARP + R <= nb; sb += U * WARP) {
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) qmma_chunk<P, TG, R, false, XD2>(wa, wb, grp, XD, XS, nb, sb + u * WARP, t, acc);
+    }
+    for (; sb < nb; sb += WARP) {
+        if (sb + R <= nb) {
+            qmma_chunk<P, TG, R, false, XD2>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+        } else {
+            qmma_chunk<P, TG, R, true, XD2>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+        }
+    }
+}
+
+// Weight rows [16·rg, 16·rg + 16) of W by all N input rows into Y[N, M]. GLU: the block owns
+// output columns [8·rg, 8·rg + 8) of a gate/up pair instead: A row g is gate row j = 8·rg + g
+// (of W) and A row g + 8 is up row j (of WU), so a lane's outputs 0/1 are gate sums and 2/3 the
+// up sums of the same column and inputs, each accumulated exactly as in its own matmul; the
+// lane writes silu(gate) · up (the swiglu kernel's float operations on the same values, so the
+// result equals matmul → matmul → swiglu bit for bit).
+template <class P, u32 TG, bool GLU, u32 U>
+DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
+              const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
+              u32 M, u64 row_bytes, u32 rg) {
     constexpr u32 NW = qmma_warps(TG), R = WARP / NW;
     static_assert(R * NW == WARP && R >= 1, "the warps split the 32 residues evenly");
     const u32 lane = lane_id(), w = tid_x() / WARP;
     const u32 g = lane / 4, t = lane % 4;
-    const u32 m0 = rg * QM_ROWS;
+    const u32 m0 = rg * (GLU ? QM_ROWS / 2 : QM_ROWS);
     if (m0 >= M) return;  // the whole block: no thread reaches the barriers below
     const u32 nb = K / 32;
-    const u32 ra = m0 + g, rb = m0 + g + 8;  // this lane's weight rows (A rows g, g + 8)
+    // This lane's weight rows (A rows g, g + 8): rows ra, rb of W, or gate and up row ra.
+    const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
     const u8* wa = W + (u64)(ra < M ? ra : M - 1) * row_bytes;
-    const u8* wb = W + (u64)(rb < M ? rb : M - 1) * row_bytes;
+    const u8* wb = (GLU ? WU : W) + (u64)(rb < M ? rb : M - 1) * row_bytes;
     // The butterfly's steps across warps: the upper half of the active warps (residues m ..
     // 2m - 1 at mask m) leave their partials here, 16 residues × 4·TG outputs × 32 lanes.
     __shared__ float red[16 * 4 * TG * WARP];
@@ -168,7 +280,7 @@ DEV void qmma(const u8* __restrict__ W, const i8* __restrict__ XQ, const float* 
 #pragma unroll
         for (u32 tg = 0; tg < TG; ++tg) {
             const u32 nq = n0 + 8 * tg + g, na = n0 + 8 * tg + 2 * t, nc = na + 1;
-            grp[tg].xq = XQ + (u64)(nq < N ? nq : N - 1) * K + 4 * t;
+            grp[tg].xq = XQ + (u64)(nq < N ? nq : N - 1) * K + 8 * t;
             grp[tg].xa = (na < N ? na : N - 1) * nb;
             grp[tg].xc = (nc < N ? nc : N - 1) * nb;
         }
@@ -181,12 +293,15 @@ DEV void qmma(const u8* __restrict__ W, const i8* __restrict__ XQ, const float* 
             for (u32 tg = 0; tg < TG; ++tg)
 #pragma unroll
                 for (u32 o = 0; o < 4; ++o) acc[jj][tg][o] = 0.0f;
-        for (u32 sb = R * w; sb < nb; sb += WARP) {
-            if (sb + R <= nb) {
-                qmma_chunk<P, TG, R, false>(wa, wb, grp, XD, XS, nb, sb, t, acc);
-            } else {
-                qmma_chunk<P, TG, R, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
-            }
+        // Paired XD/XS loads hold two items' scales per input (XS too, with a minimum): where
+        // that is more than 4 · 2 floats per lane, the registers go to spills instead.
+        constexpr bool PAIRS = TG * (P::NOMIN ? 1 : 2) <= 2;
+        // Two chunks per step spill over 100 bytes at TG = 4 (ptxas 12.9, sm_90): one there.
+        constexpr u32 UT = TG >= 4 ? 1 : U;
+        if (PAIRS && nb % 2 == 0) {
+            qmma_walk<P, TG, R, PAIRS, UT>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
+        } else {
+            qmma_walk<P, TG, R, false, UT>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
         }
         // warp_sum's butterfly over the partial index j: after the step with mask m, partial
         // j < m holds p_j + p_{j+m}. Masks m >= R pair warp w with warp w + m / R. One base
@@ -224,17 +339,22 @@ DEV void qmma(const u8* __restrict__ W, const i8* __restrict__ XQ, const float* 
 #pragma unroll
         for (u32 tg = 0; tg < TG; ++tg) {
             const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
-            if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
-            if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
-            if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
-            if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
+            if constexpr (GLU) {
+                if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
+                if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
+            } else {
+                if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
+                if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
+                if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
+                if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
+            }
         }
     }
 }
 
 // Up to four matmuls of one quantized input in one launch, as qgemv_seg in hip/qmatmul.hip:
 // each segment's blocks map to rows exactly as in its own launch.
-template <class P, u32 TG>
+template <class P, u32 TG, u32 U>
 DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                   u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                   u32 K, u64 row_bytes) {
@@ -251,26 +371,36 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qmma<P, TG>(W, XQ, XD, XS, Y, N, K, M, row_bytes, b);
+    qmma<P, TG, false, U>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
 
-// qmma_<type>_<nt> and qmma4_<type>_<nt> (segments) for tiles of nt = 8·TG input rows.
-#define DS_QMMA(name, P, TG, NT)                                                                          \
-    QM_KERNEL(TG)                                                                                         \
-    qmma_##name##_##NT(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N,    \
-                       u32 K, u32 M, u64 row_bytes) {                                                 \
-        qmma<P, TG>(W, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                                       \
-    }                                                                                                     \
-    QM_KERNEL(TG)                                                                                         \
-    qmma4_##name##_##NT(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, \
-                        float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, \
-                        const float* XS, u32 N, u32 K, u64 row_bytes) {                               \
-        qmma_seg<P, TG>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);   \
+// qmma_<type>_<nt>, qmma4_<type>_<nt> (segments) and qmma_glu_<type>_<nt> (gate/up pair, 8 output
+// columns per block) for tiles of nt = 8·TG input rows, with U = 2 chunks per step; the same
+// with suffix u1 for U = 1 (A/B runs, `DELTASPEC_HIP_QMMA_UNROLL=1`; at 32 rows both are U = 1).
+#define DS_QMMA(name, P, TG, NT, U, SFX)                                                                   \
+    QM_KERNEL(TG)                                                                                          \
+    qmma_##name##_##NT##SFX(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
+                            u32 K, u32 M, u64 row_bytes) {                                                 \
+        qmma<P, TG, false, U>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                     \
+    }                                                                                                      \
+    QM_KERNEL(TG)                                                                                          \
+    qmma4_##name##_##NT##SFX(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
+                             const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,             \
+                             const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
+        qmma_seg<P, TG, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes); \
+    }                                                                                                      \
+    QM_KERNEL(TG)                                                                                          \
+    qmma_glu_##name##_##NT##SFX(const u8* WG, const u8* WU, const i8* XQ, const float* XD,                \
+                                const float* XS, float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {           \
+        qmma<P, TG, true, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                          \
     }
-#define DS_QMMA_TYPE(name, P) \
-    DS_QMMA(name, P, 1, 8)    \
-    DS_QMMA(name, P, 2, 16)   \
-    DS_QMMA(name, P, 4, 32)
+#define DS_QMMA_TYPE(name, P)     \
+    DS_QMMA(name, P, 1, 8, 2, )   \
+    DS_QMMA(name, P, 2, 16, 2, )  \
+    DS_QMMA(name, P, 4, 32, 2, )  \
+    DS_QMMA(name, P, 1, 8, 1, u1) \
+    DS_QMMA(name, P, 2, 16, 1, u1) \
+    DS_QMMA(name, P, 4, 32, 1, u1)
 DS_FOR_EACH_FTYPE(DS_QMMA_TYPE)
 
 #endif

@@ -24,8 +24,8 @@ fn gpu(test: &str, fusion: bool) -> Option<HipBackend> {
     b.set_fusion(fusion);
     // Replayed graphs issue no counted launches.
     b.set_graphs(false);
-    // The dp4a kernels' fusion plan (launch counts below); the matrix-core tile, on by default
-    // on NVIDIA, has no gate/up kernel and is compared with these in its own test.
+    // The dp4a kernels' fusion plan (launch counts below); the matrix-core kernels, on by default
+    // on NVIDIA, are compared with these in their own test.
     b.set_qgemv_mma(false);
     Some(b)
 }
@@ -196,10 +196,12 @@ fn fused_gemv_groups_equal_unfused_and_match_the_cpu() {
 
 #[test]
 fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
-    // `qmma_*` / `qmma4_*` (NVIDIA matrix cores, on with set_qgemv_mma) give the dp4a kernels'
-    // bits: groups of segments, the gate/up pair (which then keeps its SwiGLU launch) and the
-    // folded output gate. Elsewhere the setting keeps the dp4a kernels and this holds trivially.
-    let k = 512;
+    // `qmma_*` / `qmma4_*` / `qmma_glu_*` (NVIDIA matrix cores, on with set_qgemv_mma) give the
+    // unfused dp4a kernels' bits: groups of segments, the gate/up pair with its SwiGLU (one
+    // `qmma_glu_*` launch when fused) and the folded output gate. Elsewhere the setting keeps the
+    // dp4a kernels and this holds trivially. K = 1280: 40 items per row, so some warps take two
+    // chunks of items in one step and all take a single chunk after it.
+    let k = 1280;
     for &dtype in INT8_TYPES {
         for fusion in [true, false] {
             let (Some(mut mma), Some(mut dp4a)) = (gpu("qmma", fusion), gpu("qmma", false)) else {
@@ -207,12 +209,18 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
             };
             mma.set_qgemv_mma(true);
             dp4a.set_qgemv_mma(false);
+            let count = mma.launch_counter();
+            let mma_on = mma.matrix_cores();
             for n in [5, 16, 33] {
                 let (w, g, inputs) = random_case(n, k, dtype);
-                let (a, _) = run(&mut mma, &|| 0, &g, &w, &inputs);
+                let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
                 let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
                 let what = format!("{dtype} n={n} fusion={fusion}: matrix-core vs dp4a");
                 assert_same_bits(&what, &a, &b);
+                // Fused on the matrix cores: quantize + one launch for each of the three groups.
+                if fusion && mma_on {
+                    assert_eq!(launches, 6, "{what}: fused launches");
+                }
             }
         }
     }

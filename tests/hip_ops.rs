@@ -358,7 +358,7 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
     let m = 77;
     for &dtype in INT8_TYPES {
         let tail = (dtype == DType::Q8_0).then_some(416);
-        for k in [512, 1280].into_iter().chain(tail) {
+        for k in [512, 2304].into_iter().chain(tail) {
             let mut rng = Rng::new(7 + k as u64);
             let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
             let Some(mut g) = gpu("matmul_int8_mma") else {
@@ -368,8 +368,9 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             let wid = g.upload_weights(&w).unwrap();
             let sid = g.alloc_states(&[]).unwrap();
             let x = rng.vec_normal(33 * k, 1.0);
-            let mut run = |n: usize, mma: bool| {
+            let mut run = |n: usize, mma: bool, one: bool| {
                 g.set_qgemv_mma(mma);
+                g.set_qmma_unroll_one(one);
                 let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
                 f32s(
                     &g.run(e, wid, sid, &[("x", HostData::F32(x[..n * k].to_vec()))])
@@ -377,12 +378,14 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
                         .1,
                 )
             };
-            let want = run(33, false);
-            for n in [5, 13, 16, 17, 33] {
-                let got = run(n, true);
+            let want = run(33, false, false);
+            // Two chunks of items per warp step (the default), and one (`u1`) at 8 and 16 rows.
+            let cases = [5, 13, 16, 17, 33].map(|n| (n, false));
+            for (n, one) in cases.into_iter().chain([(5, true), (16, true)]) {
+                let got = run(n, true, one);
                 if let Some(i) = (0..n * m).find(|&i| got[i].to_bits() != want[i].to_bits()) {
                     panic!(
-                        "{dtype} k={k}: n={n} matrix-core row {} col {} is {} not {}",
+                        "{dtype} k={k}: n={n} (u1: {one}) matrix-core row {} col {} is {} not {}",
                         i / m,
                         i % m,
                         got[i],

@@ -7,7 +7,8 @@
 //!   after one `quantize_q8` (`qmma4_*` where the matrix-core kernel is on);
 //! - a gate/up pair with its `SwiGlu` runs as one `qgemv_glu_*` launch writing
 //!   `silu(gate) · up` (tiles up to [`kernels::QGEMV_GLU_MAX_TILE`] rows; wider inputs keep the
-//!   `SwiGlu` launch and run gate/up as `qgemv4_*`);
+//!   `SwiGlu` launch and run gate/up as `qgemv4_*`), or `qmma_glu_*` where the matrix-core
+//!   kernel is on (any of its widths);
 //! - a folded `SigmoidMul` is computed inside the quantization (`quantize_q8_gate`);
 //! - a norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`,
 //!   [`norm_q8`]), so that matmul's `quantize_q8` launch goes.
@@ -81,10 +82,13 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         {
             continue;
         }
-        // The matrix-core kernel has no gate/up variant: its widths keep the SwiGlu launch.
-        let swiglu = grp
-            .swiglu
-            .filter(|_| nt <= kernels::QGEMV_GLU_MAX_TILE && be.qmma_tile(n).is_none());
+        // The gate/up kernels: the matrix-core one at its widths (unless turned off, when those
+        // keep the SwiGlu launch), else the dp4a one up to its largest tile.
+        let glu = match be.qmma_tile(n) {
+            Some(_) => be.qmma_glu_tile(n).is_some(),
+            None => nt <= kernels::QGEMV_GLU_MAX_TILE,
+        };
+        let swiglu = grp.swiglu.filter(|_| glu);
         let gi = f.groups.len();
         for (k, &m) in grp.members.iter().enumerate() {
             f.role[m] = Some((gi, k == 0));
@@ -181,15 +185,30 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
     if let Some(s) = grp.swiglu {
         let up = &g.nodes[grp.members[1]];
         let m = g.tensor(first.inputs[1]).shape[0];
+        // (source, kernel, output columns per block, threads); both take the same arguments.
+        let (source, name, cols, threads) = match be.qmma_glu_tile(n) {
+            Some(t) => (
+                "qmma",
+                be.qmma_kernel("qmma_glu", suffix, t),
+                u64::from(kernels::QMMA_GLU_COLS),
+                kernels::qmma_threads(t),
+            ),
+            None => (
+                "qmatmul",
+                match be.q1_variant(n, true) {
+                    Some((_, u)) => format!("qgemv_glu_{suffix}_1u{u}"),
+                    None => format!("qgemv_glu_{suffix}_{nt}"),
+                },
+                warps, // one gate/up row pair per warp
+                kernels::QGEMV_THREADS,
+            ),
+        };
         return launch(
             be,
-            "qmatmul",
-            &match be.q1_variant(n, true) {
-                Some((_, u)) => format!("qgemv_glu_{suffix}_1u{u}"),
-                None => format!("qgemv_glu_{suffix}_{nt}"),
-            },
-            [blocks(m as u64, warps), 1, 1], // one gate/up row pair per warp
-            kernels::QGEMV_THREADS,
+            source,
+            &name,
+            [blocks(m as u64, cols), 1, 1],
+            threads,
             &[
                 Arg::P(env.ptr(first.inputs[1])),
                 Arg::P(env.ptr(up.inputs[1])),
@@ -207,7 +226,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
         Some(t) => (
             "qmma",
-            format!("qmma4_{suffix}_{t}"),
+            be.qmma_kernel("qmma4", suffix, t),
             u64::from(kernels::QMMA_ROWS),
             kernels::qmma_threads(t),
         ),

@@ -119,6 +119,9 @@ pub const QMMA_TILES: &[u32] = &[8, 16, 32];
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;
+/// Output columns one `qmma_glu_*` block computes: its 16 mma rows are 8 gate rows and the 8
+/// up rows of the same columns.
+pub const QMMA_GLU_COLS: u32 = 8;
 /// Threads of a `qmma_*` block at tile `nt` (`qmma_warps` in `hip/qmma.hip`): 8 warps at 8
 /// input rows, 16 at 16 and 32.
 pub fn qmma_threads(nt: u32) -> u32 {
@@ -280,6 +283,10 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         for nt in QMMA_TILES {
             v.push(("qmma", format!("qmma_{ty}_{nt}")));
             v.push(("qmma", format!("qmma4_{ty}_{nt}")));
+            v.push(("qmma", format!("qmma_glu_{ty}_{nt}")));
+            v.push(("qmma", format!("qmma_{ty}_{nt}u1")));
+            v.push(("qmma", format!("qmma4_{ty}_{nt}u1")));
+            v.push(("qmma", format!("qmma_glu_{ty}_{nt}u1")));
         }
     }
     for n in [

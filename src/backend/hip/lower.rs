@@ -1022,7 +1022,7 @@ pub(super) fn qgemv(
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
         Some(nt) => (
             "qmma",
-            format!("qmma_{suffix}_{nt}"),
+            be.qmma_kernel("qmma", suffix, nt),
             u64::from(kernels::QMMA_ROWS),
             kernels::qmma_threads(nt),
         ),

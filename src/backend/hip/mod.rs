@@ -171,6 +171,13 @@ pub struct HipBackend {
     /// (2026-12-03, same call) 8 rows 20.2 ms vs 23.1, 16 rows 30.5 vs 51.6, 32 rows 47.7 vs
     /// 119.3. `DELTASPEC_HIP_QGEMV_MMA=0` turns it off.
     qgemv_mma: bool,
+    /// The matrix-core gate/up kernel (`qmma_glu_*`, writing `silu(gate) · up`) for gate/up
+    /// pairs at the matrix-core widths, where fusion is on; off, those pairs run as `qmma4_*`
+    /// plus the SwiGLU launch. `DELTASPEC_HIP_QMMA_GLU=0` turns it off (A/B runs).
+    qmma_glu: bool,
+    /// Suffix of the `qmma*` kernels: "" (two chunks of items per warp step, the default) or
+    /// "u1" (one; `DELTASPEC_HIP_QMMA_UNROLL=1`, for A/B runs). Both give the same bits.
+    qmma_sfx: &'static str,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
@@ -250,6 +257,11 @@ impl HipBackend {
                 Ok(v) => v.parse().ok(),
             },
             qgemv_mma: std::env::var("DELTASPEC_HIP_QGEMV_MMA").map_or(true, |v| v != "0"),
+            qmma_glu: std::env::var("DELTASPEC_HIP_QMMA_GLU").map_or(true, |v| v != "0"),
+            qmma_sfx: match std::env::var("DELTASPEC_HIP_QMMA_UNROLL").as_deref() {
+                Ok("1") => "u1",
+                _ => "",
+            },
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -337,6 +349,19 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
+    /// Whether verify-width int8 matmuls run on the matrix-core kernels here (NVIDIA, with
+    /// [`HipBackend::set_qgemv_mma`] on).
+    pub fn matrix_cores(&self) -> bool {
+        self.qmma_tile(16).is_some()
+    }
+
+    /// The matrix-core kernels with one chunk of items per warp step (`u1`) instead of two;
+    /// results are bit-identical either way.
+    pub fn set_qmma_unroll_one(&mut self, one: bool) {
+        self.qmma_sfx = if one { "u1" } else { "" };
+        self.drop_graphs(|_| true);
+    }
+
     /// The matrix-core int8 GEMV for inputs of 5 rows and more (NVIDIA; elsewhere the setting
     /// keeps the dp4a kernel); results are bit-identical either way.
     pub fn set_qgemv_mma(&mut self, on: bool) {
@@ -351,6 +376,17 @@ impl HipBackend {
         } else {
             None
         }
+    }
+
+    /// The name of matrix-core kernel `kind` (`qmma`, `qmma4`, `qmma_glu`) for weight kernel
+    /// `suffix` and tile `nt`.
+    fn qmma_kernel(&self, kind: &str, suffix: &str, nt: u32) -> String {
+        format!("{kind}_{suffix}_{nt}{}", self.qmma_sfx)
+    }
+
+    /// The `qmma_glu_*` tile for a gate/up pair over `n` input rows, where that kernel is on.
+    fn qmma_glu_tile(&self, n: usize) -> Option<u32> {
+        self.qmma_tile(n).filter(|_| self.qmma_glu)
     }
 
     /// The 1-row int8 GEMV variant `(rows per warp, items in flight)` for `n` input rows, for

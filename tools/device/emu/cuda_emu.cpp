@@ -63,7 +63,9 @@ Entry entry(const char* name, void (*f)(A...)) {
     K(qgemv_##ty##_8x4) K(qgemv_##ty##_16x2) K(qgemv_##ty##_16x4) Q1(ty, 1, 1) Q1(ty, 1, 2) Q1(ty, 1, 4) \
     Q1(ty, 2, 1) Q1(ty, 2, 2) Q1(ty, 2, 4) Q1(ty, 4, 1) Q1(ty, 4, 2) K(qgemv_glu_##ty##_1u1)             \
     K(qgemv_glu_##ty##_1u2) K(qgemv_glu_##ty##_1u4)
-#define QMMA(ty, P) K(qmma_##ty##_8) K(qmma4_##ty##_8) K(qmma_##ty##_16) K(qmma4_##ty##_16) K(qmma_##ty##_32) K(qmma4_##ty##_32)
+#define QMMA_NT(ty, NT) K(qmma_##ty##_##NT) K(qmma4_##ty##_##NT) K(qmma_glu_##ty##_##NT) \
+    K(qmma_##ty##_##NT##u1) K(qmma4_##ty##_##NT##u1) K(qmma_glu_##ty##_##NT##u1)
+#define QMMA(ty, P) QMMA_NT(ty, 8) QMMA_NT(ty, 16) QMMA_NT(ty, 32)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
