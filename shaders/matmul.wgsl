@@ -28,11 +28,15 @@
 // The int8 loop is unrolled by the generator (`//#unroll`): each lane takes U items per round
 // for all R rows (U·R items' loads in flight), then adds them in item order; rows and
 // segments are indexed by constants, so no per-thread array lives in memory.
+// - CONV: segment 0's rows are the channels of a causal depthwise conv + SiLU (graph op
+//   ConvStep, as conv.wgsl) that reads them: a thread per channel runs the conv over the N
+//   rows and the conv state ST, writes its outputs to Y0 and rewrites the channel's state
+//   column. The raw projection is never stored. Needs a single pass (N ≤ NT).
 // Constants: WG, R, RW (weight rows per workgroup: R, or R / 2 with PAIR), NT, U (int8 items
 // per round), RNT = R·NT, SEGS (weights). Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
 // SPLIT, Q8.
 // Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
-// rows, ldy, col_off; 20, 21 SPLIT's period and half; 22 n0 (Q8).
+// rows, ldy, col_off; 20, 21 SPLIT's period and half; 22 n0 (Q8); 23 conv taps (CONV).
 
 //#if Q8
 @group(0) @binding(#) var<storage, read> XQ: array<vec4<u32>>;
@@ -72,8 +76,15 @@
 //#if SPLIT
 @group(0) @binding(#) var<storage, read_write> YS: array<f32>;
 //#endif
+//#if CONV
+@group(0) @binding(#) var<storage, read> CW: array<u32>;
+@group(0) @binding(#) var<storage, read_write> ST: array<f32>;
+//#endif
 
 //#dequant W0
+//#if CONV
+//#dequant CW
+//#endif
 //#if SEG2
 //#dequant W1
 //#endif
@@ -230,6 +241,45 @@ fn store(seg: u32, n: u32, m: u32, v: f32) {
 //#endif
     Y0[i] = v;
 }
+
+//#if CONV
+// Output (slot v = r·NT + n) of the workgroup: the sum of its parts.
+fn out_sum(v: u32, parts: u32) -> f32 {
+    var sum = 0.0;
+    for (var i = 0u; i < parts; i++) {
+        sum += red[v * WG + i];
+    }
+    return sum;
+}
+
+// Row `row` of channel c's conv window (slot r): the hist state rows, then the N new rows.
+fn cwin(row: u32, r: u32, c: u32, ch: u32, hist: u32, parts: u32) -> f32 {
+    if row < hist {
+        return ST[row * ch + c];
+    }
+    return out_sum(r * NT + row - hist, parts);
+}
+
+// conv.wgsl's step for channel c = m0 + r of segment 0 over rows 0 .. n_rows.
+fn conv_rows(r: u32, c: u32, n_rows: u32, parts: u32) {
+    let ch = pu(5u);
+    let ldy = pu(6u);
+    let off = pu(7u);
+    let kw = pu(23u);
+    let hist = kw - 1u;
+    for (var t = 0u; t < n_rows; t++) {
+        var acc = 0.0;
+        for (var j = 0u; j < kw; j++) {
+            acc += CW_dq1(c * kw + j) * cwin(t + j, r, c, ch, hist, parts);
+        }
+        Y0[t * ldy + off + c] = acc / (1.0 + exp(-acc));
+    }
+    // Ascending rows: row j reads window row N + j > j, which is not yet overwritten.
+    for (var j = 0u; j < hist; j++) {
+        ST[j * ch + c] = cwin(n_rows + j, r, c, ch, hist, parts);
+    }
+}
+//#endif
 
 @compute @workgroup_size(WG)
 fn main(
@@ -405,6 +455,16 @@ fn main(
         workgroupBarrier();
     }
     let parts = 1u;
+//#endif
+//#if CONV
+    if seg == 0u {
+        for (var r = tid; r < RW; r += WG) {
+            if m0 + r < m_rows {
+                conv_rows(r, m0 + r, n_rows, parts);
+            }
+        }
+        return;
+    }
 //#endif
     for (var v = tid; v < RW * NT; v += WG) {
         let r = v / NT;

@@ -10,6 +10,10 @@
 //! A `SigmoidMul` read only by one GEMV-width `MatMul` (the attention output gate before o_proj)
 //! is folded into that matmul's activation loads (`x · sigmoid(g)` per element).
 //!
+//! An attention node whose queries and keys are each `Rope(RmsNorm(x))` read by nothing else
+//! runs the two norms, the two ropes and its cache writes as one dispatch
+//! (`shaders/qkprep.wgsl`) at the attention node: five dispatches become one.
+//!
 //! The group runs at its first member, so later members (and the folded `SwiGlu`) write their
 //! outputs early. [`extra_uses`] keeps every buffer that is live anywhere between the first
 //! member and the group's last node live through that last node, so the planner can never
@@ -61,6 +65,22 @@ pub struct Fusion {
     pub gate_of: Vec<Option<usize>>,
     /// Per node: folded into another node's dispatch, emits nothing itself.
     pub folded: Vec<bool>,
+    /// Per attention node: its q/k norms and ropes, folded into one preparation dispatch.
+    pub qk_prep: Vec<Option<QkPrep>>,
+    /// Per group (indices past the end: none): the `ConvStep` node that is the only reader of
+    /// the first member's output (the DeltaNet qkv projection); the GEMV runs the conv on its
+    /// rows and writes the conv output instead.
+    pub conv: Vec<Option<usize>>,
+}
+
+/// The nodes an attention node's preparation dispatch (`shaders/qkprep.wgsl`) replaces:
+/// `RmsNorm` → `Rope` of its queries and of its keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QkPrep {
+    pub q_norm: usize,
+    pub k_norm: usize,
+    pub q_rope: usize,
+    pub k_rope: usize,
 }
 
 impl Fusion {
@@ -71,7 +91,19 @@ impl Fusion {
             role: vec![None; nodes],
             gate_of: vec![None; nodes],
             folded: vec![false; nodes],
+            qk_prep: vec![None; nodes],
+            conv: Vec::new(),
         }
+    }
+
+    /// The conv step folded into group `gi`.
+    pub fn conv_of(&self, gi: usize) -> Option<usize> {
+        self.conv.get(gi).copied().flatten()
+    }
+
+    /// The node whose position ends group `gi`'s early writes.
+    pub fn last(&self, gi: usize) -> usize {
+        self.groups[gi].last().max(self.conv_of(gi).unwrap_or(0))
     }
 }
 
@@ -135,6 +167,25 @@ fn halves(
     }
 }
 
+/// The `ConvStep` node reading `t` (a group's first output) as its input when it is `t`'s only
+/// reader and its taps have a decoder without workgroup tables (matmul.wgsl's CONV).
+fn conv_reader(
+    g: &Graph,
+    rd: &[Vec<usize>],
+    is_output: &dyn Fn(TensorId) -> bool,
+    t: TensorId,
+) -> Option<usize> {
+    if rd[t.index()].len() != 1 || is_output(t) {
+        return None;
+    }
+    let c = rd[t.index()][0];
+    let nd = &g.nodes[c];
+    let taps = g.tensor(g.storage_root(nd.inputs[1]));
+    let plain = matches!(taps.dtype, DType::F32 | DType::F16 | DType::BF16);
+    (nd.op == Op::ConvStep && nd.inputs[0] == t && taps.kind == TensorKind::Weight && plain)
+        .then_some(c)
+}
+
 /// Finds the groups of `g`.
 pub fn find(g: &Graph, lim: &Limits) -> Fusion {
     let mut f = Fusion::none(g.nodes.len());
@@ -186,6 +237,15 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
         } else {
             None
         };
+        // x, weights, outputs, the conv taps and state.
+        let conv = if swiglu.is_none()
+            && split.is_none()
+            && 3 + 2 * members.len() as u32 <= lim.max_storage
+        {
+            conv_reader(g, &rd, &is_output, g.nodes[members[0]].outputs[0])
+        } else {
+            None
+        };
         let gi = f.groups.len();
         for (k, &m) in members.iter().enumerate() {
             f.role[m] = Some((gi, k == 0));
@@ -197,11 +257,15 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
             f.folded[a] = true;
             f.folded[b] = true;
         }
+        if let Some(c) = conv {
+            f.folded[c] = true;
+        }
         f.groups.push(Group {
             members,
             swiglu,
             split,
         });
+        f.conv.push(conv);
     }
     // x · sigmoid(g) → (reshape) → a lone matmul.
     for j in 0..g.nodes.len() {
@@ -228,7 +292,60 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
             }
         }
     }
+    // RmsNorm → Rope of the queries and of the keys → attention.
+    for a in 0..g.nodes.len() {
+        if let Some(qp) = qk_prep(g, &rd, &is_output, a, lim) {
+            for n in [qp.q_norm, qp.k_norm, qp.q_rope, qp.k_rope] {
+                f.folded[n] = true;
+            }
+            f.qk_prep[a] = Some(qp);
+        }
+    }
     f
+}
+
+/// The q/k preparation of attention node `a` when its queries and keys are each
+/// `Rope(RmsNorm(x))` read by nothing else, with one position input and rope parameters.
+fn qk_prep(
+    g: &Graph,
+    rd: &[Vec<usize>],
+    is_output: &dyn Fn(TensorId) -> bool,
+    a: usize,
+    lim: &Limits,
+) -> Option<QkPrep> {
+    let nd = &g.nodes[a];
+    // Queries, keys, values, norm weights, positions ×2, frequencies, Q, both caches.
+    if !matches!(nd.op, Op::Attention(_) | Op::AttentionTree(_)) || lim.max_storage < 11 {
+        return None;
+    }
+    // The node producing `t` when `a` (or that node's single reader) is its only reader.
+    let sole = |t: TensorId, op: fn(&Op) -> bool| -> Option<usize> {
+        let TensorKind::Node { node, .. } = g.tensor(t).kind else {
+            return None;
+        };
+        (rd[t.index()].len() == 1 && !is_output(t) && op(&g.nodes[node].op)).then_some(node)
+    };
+    let rope = |t| sole(t, |o| matches!(o, Op::Rope(_)));
+    let norm = |t| sole(t, |o| matches!(o, Op::RmsNorm { .. }));
+    let (q_rope, k_rope) = (rope(nd.inputs[0])?, rope(nd.inputs[1])?);
+    let (q_norm, k_norm) = (
+        norm(g.nodes[q_rope].inputs[0])?,
+        norm(g.nodes[k_rope].inputs[0])?,
+    );
+    let same_rope = g.nodes[q_rope].op == g.nodes[k_rope].op
+        && g.nodes[q_rope].inputs[1] == g.nodes[k_rope].inputs[1];
+    let same_eps = g.nodes[q_norm].op == g.nodes[k_norm].op;
+    let hd = g.tensor(nd.inputs[0]).last_dim();
+    let whole = |n: usize| {
+        let w = g.tensor(g.storage_root(g.nodes[n].inputs[1]));
+        w.kind == TensorKind::Weight && w.numel() == hd
+    };
+    (same_rope && same_eps && whole(q_norm) && whole(k_norm)).then_some(QkPrep {
+        q_norm,
+        k_norm,
+        q_rope,
+        k_rope,
+    })
 }
 
 /// The extra reads that make running each group at its first member safe: every node output
@@ -244,6 +361,14 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
         .flat_map(|(i, nd)| nd.outputs.iter().map(move |o| (*o, i)))
         .collect();
     let mut extra = Vec::new();
+    // The q/k preparation reads the norms' inputs at the attention node.
+    for (a, qp) in f.qk_prep.iter().enumerate() {
+        if let Some(qp) = qp {
+            for n in [qp.q_norm, qp.k_norm] {
+                extra.push((g.nodes[n].inputs[0], a));
+            }
+        }
+    }
     // A folded gate's operands are read by the matmul instead.
     for (j, s) in f.gate_of.iter().enumerate() {
         if let Some(s) = s {
@@ -252,8 +377,8 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
             }
         }
     }
-    for grp in &f.groups {
-        let (first, last) = (grp.members[0], grp.last());
+    for (gi, grp) in f.groups.iter().enumerate() {
+        let (first, last) = (grp.members[0], f.last(gi));
         for &(t, p) in &owned {
             if p < last && last_use[t.index()] >= first && last_use[t.index()] < last {
                 extra.push((t, last));

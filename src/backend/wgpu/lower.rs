@@ -248,7 +248,7 @@ impl Ctx<'_> {
     }
 
     /// A small weight read whole by elementwise kernels (norm vectors, conv taps, gates).
-    fn whole(&mut self, op: &Op, id: TensorId) -> Result<(Res, DType), BackendError> {
+    pub(super) fn whole(&mut self, op: &Op, id: TensorId) -> Result<(Res, DType), BackendError> {
         let w = self.woperand(op, id)?;
         if w.parts.len() != 1 {
             return Err(unsupported(op, "a split weight in an elementwise position"));
@@ -322,6 +322,9 @@ impl Ctx<'_> {
                     Some(_) => format!("{key} gate+up+swiglu"),
                     None => format!("{key} ×{} fused", grp.members.len()),
                 };
+                if self.fusion.conv_of(gi).is_some() {
+                    self.label.push_str(" +conv");
+                }
                 self.fused(gi)?;
             }
             return Ok(());
@@ -592,12 +595,17 @@ impl Ctx<'_> {
                     return Err(unsupported(op, "too many heads or tokens for the grid"));
                 }
                 let hd32 = u(hd)?;
-                self.step(
-                    shaders::attn_key(hd32, fin, "write_kv", tree),
-                    params,
-                    binds.clone(),
-                    wgroups,
-                );
+                match self.fusion.qk_prep[idx] {
+                    Some(qp) => self.labelled("+qk_prep", |cx| {
+                        cx.qk_prep(op, qp, ins[2], ins[3], ins[kc], ins[kc + 1], ins[0])
+                    })?,
+                    None => self.step(
+                        shaders::attn_key(hd32, fin, "write_kv", tree),
+                        params,
+                        binds.clone(),
+                        wgroups,
+                    ),
+                }
                 self.step(
                     shaders::attn_key(hd32, fin, "attn", tree),
                     params,
@@ -717,6 +725,76 @@ impl Ctx<'_> {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl Ctx<'_> {
+    /// The attention preparation dispatch of [`fuse::QkPrep`] `qp`: normed and rotated
+    /// queries into `q_out`, keys and values `v` into the caches at rows `kpos`.
+    #[allow(clippy::too_many_arguments)]
+    fn qk_prep(
+        &mut self,
+        op: &Op,
+        qp: fuse::QkPrep,
+        v: TensorId,
+        kpos: TensorId,
+        kc: TensorId,
+        vc: TensorId,
+        q_out: TensorId,
+    ) -> Result<(), BackendError> {
+        let g = self.g;
+        let u = |v: usize| {
+            u32::try_from(v).map_err(|_| unsupported(op, format!("size {v} exceeds u32")))
+        };
+        let (Op::RmsNorm { eps }, Op::Rope(rp)) = (&g.nodes[qp.q_norm].op, &g.nodes[qp.q_rope].op)
+        else {
+            return Err(unsupported(op, "q/k preparation of other ops"));
+        };
+        let qs = &g.tensor(q_out).shape;
+        let (t, nh, hd) = (qs[0], qs[1], qs[2]);
+        let nkv = g.tensor(g.nodes[qp.k_rope].outputs[0]).shape[1];
+        let cap = g.tensor(kc).shape[0];
+        let mut freqs = rp.inv_freq();
+        if freqs.is_empty() {
+            freqs.push(0.0); // a binding may not be empty
+        }
+        self.out.aux.push(bytemuck::cast_slice(&freqs).to_vec());
+        let f = Res::Aux(self.out.aux.len() - 1);
+        let (qn, kn) = (&g.nodes[qp.q_norm], &g.nodes[qp.k_norm]);
+        let (qw, qwt) = self.whole(op, qn.inputs[1])?;
+        let (kw, kwt) = self.whole(op, kn.inputs[1])?;
+        let binds = vec![
+            self.res(qn.inputs[0]),
+            self.res(kn.inputs[0]),
+            self.res(v),
+            qw,
+            kw,
+            self.res(g.nodes[qp.q_rope].inputs[1]),
+            self.res(kpos),
+            f,
+            self.res(q_out),
+            self.res(kc),
+            self.res(vc),
+        ];
+        if nh + nkv > 65535 || t > 65535 {
+            return Err(unsupported(op, "too many heads or tokens for the grid"));
+        }
+        self.step(
+            shaders::qk_prep_key(u(hd)?, qwt, kwt),
+            p(&[
+                u(t)?,
+                u(nh)?,
+                u(nkv)?,
+                u(hd)?,
+                u(cap)?,
+                u(rp.rot)?,
+                eps.to_bits(),
+                rp.attention_factor().to_bits(),
+            ]),
+            binds,
+            [u(nh + nkv)?, u(t)?, 1],
+        );
         Ok(())
     }
 }

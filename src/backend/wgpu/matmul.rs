@@ -26,6 +26,17 @@ struct Seg {
     y: Res,
 }
 
+/// What a GEMV dispatch does besides storing its sums.
+#[derive(Clone, Copy, Default)]
+struct Epi {
+    /// The segments are gate and up and the output is silu(gate) · up.
+    pair: bool,
+    /// Segment 0's second halves go to this output: `(output, period, half)`.
+    split: Option<(Res, usize, usize)>,
+    /// Segment 0 feeds a conv step (CONV): `(taps, their type, state, taps per channel)`.
+    conv: Option<(Res, DType, Res, usize)>,
+}
+
 fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
     u32::try_from(v).map_err(|_| unsupported(op, format!("size {v} exceeds u32")))
 }
@@ -112,8 +123,8 @@ impl Ctx<'_> {
     /// One GEMV over `segs` (all of type `t`, rows of `rb` bytes, K = `k`) for `n` input rows:
     /// one dispatch, or with int8 activations a quantize dispatch and one GEMV per
     /// [`GEMV_BUCKETS`]-wide pass. `pair`: segs are gate and up and the output is
-    /// silu(gate) · up. `src.gate`: x is read as `x · sigmoid(gate)` (a folded `SigmoidMul`);
-    /// `split`: segment 0's second halves go to this output, `(period, half)` (see matmul.wgsl).
+    /// silu(gate) · up, see [`Epi`]. `src.gate`: x is read as `x · sigmoid(gate)` (a folded
+    /// `SigmoidMul`).
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
@@ -124,30 +135,21 @@ impl Ctx<'_> {
         rb: usize,
         src: Src,
         segs: &[Seg],
-        pair: bool,
-        split: Option<(Res, usize, usize)>,
+        epi: Epi,
     ) -> Result<(), BackendError> {
         let widest = *GEMV_BUCKETS.last().expect("buckets") as usize;
+        if epi.conv.is_some() && n > widest {
+            return Err(unsupported(op, "a conv epilogue over several GEMV passes"));
+        }
         if !self.int8_applies(t, n, k) {
             let x = vec![src.x];
             let x = x.into_iter().chain(src.gate).collect();
-            return self.gemv_pass(op, t, n, k, rb, x, segs, pair, split, None);
+            return self.gemv_pass(op, t, n, k, rb, x, segs, epi, None);
         }
         let (xq, xd) = self.quantize(op, src, n, k)?;
         for n0 in (0..n).step_by(widest) {
             let rows = (n - n0).min(widest);
-            self.gemv_pass(
-                op,
-                t,
-                rows,
-                k,
-                rb,
-                vec![xq, xd],
-                segs,
-                pair,
-                split,
-                Some(n0),
-            )?;
+            self.gemv_pass(op, t, rows, k, rb, vec![xq, xd], segs, epi, Some(n0))?;
         }
         Ok(())
     }
@@ -164,10 +166,10 @@ impl Ctx<'_> {
         rb: usize,
         x: Vec<Res>,
         segs: &[Seg],
-        pair: bool,
-        split: Option<(Res, usize, usize)>,
+        epi: Epi,
         n0: Option<usize>,
     ) -> Result<(), BackendError> {
+        let Epi { pair, split, conv } = epi;
         let items = k / shaders::item_elems(t);
         let shape = shaders::gemv_shape(n, items);
         let rw = if pair { shape.r / 2 } else { shape.r } as usize;
@@ -195,6 +197,10 @@ impl Ctx<'_> {
             params.resize(22, 0);
             params.push(u(op, n0)?);
         }
+        if let Some((.., kw)) = conv {
+            params.resize(23, 0);
+            params.push(u(op, kw)?);
+        }
         let (groups, gx) = super::lower::grid(first);
         params[3] = gx;
         let gate = x.len() == 2 && n0.is_none();
@@ -206,6 +212,9 @@ impl Ctx<'_> {
             binds.extend(segs.iter().map(|s| s.y));
         }
         binds.extend(split.map(|s| s.0));
+        if let Some((w, _, st, _)) = conv {
+            binds.extend([w, st]);
+        }
         let key = shaders::gemv_key(
             t,
             shape,
@@ -218,6 +227,10 @@ impl Ctx<'_> {
             .flag_if(gate, "XGATE")
             .flag_if(split.is_some(), "SPLIT")
             .flag_if(n0.is_some(), "Q8");
+        let key = match conv {
+            Some((_, wt, ..)) => key.flag("CONV").dq("CW", wt),
+            None => key,
+        };
         self.step(key, p(&params), binds, groups);
         Ok(())
     }
@@ -259,7 +272,7 @@ impl Ctx<'_> {
                     col_off: first,
                     y,
                 };
-                self.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], false, None)?;
+                self.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], Epi::default())?;
             } else {
                 let tn = shaders::tile_n(n);
                 let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn as usize))?);
@@ -330,6 +343,20 @@ impl Ctx<'_> {
             segs[0].ldy = g.tensor(out_a).numel() / n;
             split = Some((self.res(g.nodes[b].outputs[0]), per, per / 2));
         }
-        self.gemv(op, dtype, n, k, rb, src, &segs, grp.swiglu.is_some(), split)
+        // The conv step reading segment 0: its output and state instead of the projection.
+        let mut conv = None;
+        if let Some(c) = self.fusion.conv_of(gi) {
+            let cn = &g.nodes[c];
+            let (taps, tt) = self.whole(&cn.op, cn.inputs[1])?;
+            let kw = g.tensor(cn.inputs[1]).shape[1];
+            segs[0].y = self.res(cn.outputs[0]);
+            conv = Some((taps, tt, self.res(cn.inputs[2]), kw));
+        }
+        let epi = Epi {
+            pair: grp.swiglu.is_some(),
+            split,
+            conv,
+        };
+        self.gemv(op, dtype, n, k, rb, src, &segs, epi)
     }
 }

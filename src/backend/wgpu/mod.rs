@@ -209,6 +209,13 @@ impl WgpuBackend {
         self.execs.get(exe.0 as usize).map(|e| e.dispatches.len())
     }
 
+    /// What each dispatch of a compiled graph computes (its profile label), in order.
+    pub fn dispatch_labels(&self, exe: ExecId) -> Option<Vec<String>> {
+        self.execs
+            .get(exe.0 as usize)
+            .map(|e| e.dispatches.iter().map(|d| d.label.clone()).collect())
+    }
+
     fn take_errors(&self) -> Result<(), BackendError> {
         let mut errs = self
             .gpu

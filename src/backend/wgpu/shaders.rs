@@ -35,6 +35,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("select", include_str!("../../../shaders/select.wgsl")),
     ("dflash2", include_str!("../../../shaders/dflash2.wgsl")),
     ("quantize", include_str!("../../../shaders/quantize.wgsl")),
+    ("qkprep", include_str!("../../../shaders/qkprep.wgsl")),
 ];
 
 /// Shared WGSL spliced into templates by `//#include NAME`.
@@ -51,6 +52,7 @@ pub const WRITES_BEFORE_READS: &[&str] = &[
     "copy",
     "gdn",
     "quantize",
+    "qkprep",
 ];
 
 /// Whether pipelines keep naga's runtime checks (index clamps, loop-bounding counters):
@@ -532,6 +534,9 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     v.push(ShaderKey::new("copy"));
     v.push(ShaderKey::new("copy").flag("BULK"));
     v.push(ShaderKey::new("quantize"));
+    for hd in [16, 100, 256] {
+        v.push(qk_prep_key(hd, DType::F32, DType::F16));
+    }
     v.push(ShaderKey::new("quantize").flag("XGATE"));
     v.push(ShaderKey::new("rope"));
     v.push(
@@ -613,6 +618,16 @@ pub fn attn_key(hd: u32, fin: bool, entry: &'static str, tree: bool) -> ShaderKe
         .c("HD_PT", hd.div_ceil(ATTN_WG).max(1))
         .flag_if(fin, "FINAL")
         .flag_if(tree, "TREE")
+}
+
+/// The attention q/k preparation (`qkprep.wgsl`) for heads of `hd` and norm weights of
+/// types `qw`, `kw`.
+pub fn qk_prep_key(hd: u32, qw: DType, kw: DType) -> ShaderKey {
+    ShaderKey::new("qkprep")
+        .c("NE", hd.div_ceil(64).max(1))
+        .c("HD_MAX", hd.max(1))
+        .dq("QW", qw)
+        .dq("KW", kw)
 }
 
 /// Parses and validates a source with naga; returns the module for reflection.
