@@ -9,6 +9,9 @@
 // TREE (graph op AttentionTree, mode 2): the new rows are consecutive from Pos[0]; query t
 // sees rows 0 .. Pos[0] and the new rows Pos[0] + j with Mask[t·T + j] != 0 (j ≤ t, so within
 // the causal range); hidden rows get weight 0.
+// Q8 (entries writing the output: attn with FINAL, combine): the output times sigmoid(G) (the
+// attention output gate) is also quantized for o_proj's int8 GEMV (hd % 32 == 0), replacing
+// the quantize dispatch.
 
 @group(0) @binding(1) var<storage, read> Q: array<f32>;
 @group(0) @binding(2) var<storage, read> K: array<f32>;
@@ -20,6 +23,57 @@
 @group(0) @binding(8) var<storage, read_write> Out: array<f32>;
 //#if TREE
 @group(0) @binding(9) var<storage, read> Mask: array<i32>;
+//#endif
+//#if Q8
+//#if TREE
+@group(0) @binding(10) var<storage, read> G: array<f32>;
+@group(0) @binding(11) var<storage, read_write> XQ: array<u32>;
+@group(0) @binding(12) var<storage, read_write> XD: array<vec2<f32>>;
+//#else
+@group(0) @binding(9) var<storage, read> G: array<f32>;
+@group(0) @binding(10) var<storage, read_write> XQ: array<u32>;
+@group(0) @binding(11) var<storage, read_write> XD: array<vec2<f32>>;
+//#endif
+// Only div_rn and round_away are used here.
+const QWG: u32 = 8u;
+//#include q8block
+// The head's gated output, for its quantization.
+var<workgroup> ys: array<f32, HD_MAX>;
+
+// The output row at element `base` (hd values, every thread's share of them in ys), times
+// sigmoid(G), quantized for the int8 GEMV of o_proj exactly as quantize.wgsl with XGATE does:
+// per 32 values d = max|y| / 127, q = round(y / d); XQ packed int8, XD (d, d · Σ q). One
+// thread per block.
+fn q8_row(base: u32, hd: u32, tid: u32) {
+    workgroupBarrier();
+    for (var b = tid; b < hd / 32u; b += WG) {
+        let o = b * 32u;
+        var m = 0.0;
+        for (var e = 0u; e < 32u; e++) {
+            m = max(m, abs(ys[o + e]));
+        }
+        let d = div_rn(m, 127.0);
+        let id = select(0.0, div_rn(1.0, d), d != 0.0);
+        var sum = 0.0;
+        for (var w = 0u; w < 8u; w++) {
+            let e = o + 4u * w;
+            let q = q8_round(vec4<f32>(ys[e], ys[e + 1u], ys[e + 2u], ys[e + 3u]), id);
+            sum += (q.x + q.y) + (q.z + q.w);
+            XQ[(base + e) / 4u] = pack4xI8(vec4<i32>(q));
+        }
+        XD[(base + o) / 32u] = vec2<f32>(d, d * sum);
+    }
+}
+
+// Output element i (row-major [T, nh, hd]), with its gated value kept for q8_row.
+fn put(i: u32, d: u32, v: f32) {
+    Out[i] = v;
+    ys[d] = v * (1.0 / (1.0 + exp(-G[i])));
+}
+//#else
+fn put(i: u32, d: u32, v: f32) {
+    Out[i] = v;
+}
 //#endif
 
 const NEG: f32 = -3.0e38;
@@ -145,9 +199,12 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     for (var q = 0u; q < HD_PT; q++) {
         let d = tid + q * WG;
         if d < hd {
-            Out[qo + d] = select(0.0, o[q] / l, l > 0.0);
+            put(qo + d, d, select(0.0, o[q] / l, l > 0.0));
         }
     }
+//#if Q8
+    q8_row(qo, hd, tid);
+//#endif
 //#else
     let po = ((t * nh + h) * splits + split) * (hd + 2u);
     for (var q = 0u; q < HD_PT; q++) {
@@ -186,6 +243,9 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             let po = (pb + s) * (hd + 2u);
             acc += Part[po + d] * exp(Part[po + hd] - mx);
         }
-        Out[(t * nh + h) * hd + d] = select(0.0, acc / l, l > 0.0);
+        put((t * nh + h) * hd + d, d, select(0.0, acc / l, l > 0.0));
     }
+//#if Q8
+    q8_row((t * nh + h) * hd, hd, tid);
+//#endif
 }

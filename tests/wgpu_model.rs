@@ -44,9 +44,22 @@ fn compare(m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
 
 /// [`compare`] with int8 activations on wgpu (`int8`).
 fn compare_on(int8: bool, m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
+    compare_ctx(int8, 64, m, prompt, steps, tol, label)
+}
+
+/// [`compare_on`] with caches of `ctx` rows (above 256 attention runs split over the cache and
+/// its combine kernel writes the output).
+fn compare_ctx(
+    int8: bool,
+    ctx: usize,
+    m: &Qwen35,
+    prompt: &[u32],
+    steps: usize,
+    tol: f64,
+    label: &str,
+) {
     let Some(mut gpu) = wgpu(int8) else { return };
     let mut cpu = backend::create("cpu").unwrap();
-    let ctx = 64;
     let mut a = Session::new(m, cpu.as_mut(), ctx).unwrap();
     let mut b = Session::new(m, gpu.as_mut(), ctx).unwrap();
     let all = GraphOptions {
@@ -153,6 +166,14 @@ fn synthetic_tiny_models_with_int8_activations() {
         let m = synth_model(recipe, seed);
         compare_on(true, &m, &PROMPT, 3, 5e-2, &format!("tiny {recipe:?} int8"));
     }
+}
+
+#[test]
+fn int8_activations_with_split_attention() {
+    // 1024 cache rows: four attention splits, so the combine kernel writes the attention
+    // output and quantizes it (times its gate) for o_proj.
+    let m = synth_model(synth::Recipe::Q8_0, 5);
+    compare_ctx(true, 1024, &m, &PROMPT, 3, 5e-2, "tiny Q8_0 int8 ctx 1024");
 }
 
 #[test]

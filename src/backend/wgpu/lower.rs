@@ -595,6 +595,24 @@ impl Ctx<'_> {
                     return Err(unsupported(op, "too many heads or tokens for the grid"));
                 }
                 let hd32 = u(hd)?;
+                // The output times its gate quantized for o_proj by the kernel writing it.
+                let gq8 = if self.int8 && hd.is_multiple_of(32) {
+                    self.gated_int8_reader(outs[0])
+                } else {
+                    None
+                };
+                let q8_binds = |cx: &mut Self| -> Vec<Res> {
+                    let mut b = binds.clone();
+                    if let Some((gate, n, k)) = gq8 {
+                        let gr = cx.res(gate);
+                        let (xq, xd) = cx.gate_q8_bufs(outs[0], gate, n, k);
+                        b.extend([gr, xq, xd]);
+                    }
+                    b
+                };
+                let key = |fin: bool, entry: &'static str| {
+                    shaders::attn_key(hd32, fin, entry, tree).flag_if(gq8.is_some(), "Q8")
+                };
                 match self.fusion.qk_prep[idx] {
                     Some(qp) => self.labelled("+qk_prep", |cx| {
                         cx.qk_prep(op, qp, ins[2], ins[3], ins[kc], ins[kc + 1], ins[0])
@@ -606,19 +624,18 @@ impl Ctx<'_> {
                         wgroups,
                     ),
                 }
-                self.step(
-                    shaders::attn_key(hd32, fin, "attn", tree),
-                    params,
-                    binds.clone(),
-                    [u(splits)?, u(nh)?, u(t)?],
-                );
-                if !fin {
+                if fin {
+                    let b = q8_binds(self);
+                    self.step(key(fin, "attn"), params, b, [u(splits)?, u(nh)?, u(t)?]);
+                } else {
                     self.step(
-                        shaders::attn_key(hd32, fin, "combine", tree),
+                        shaders::attn_key(hd32, fin, "attn", tree),
                         params,
-                        binds,
-                        [u(nh)?, u(t)?, 1],
+                        binds.clone(),
+                        [u(splits)?, u(nh)?, u(t)?],
                     );
+                    let b = q8_binds(self);
+                    self.step(key(fin, "combine"), params, b, [u(nh)?, u(t)?, 1]);
                 }
             }
             Op::Concat => {

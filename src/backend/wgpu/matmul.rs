@@ -81,6 +81,45 @@ impl Ctx<'_> {
         })
     }
 
+    /// `(gate, N, K)` when `y` (an attention output) is read only by a `SigmoidMul` folded
+    /// into an int8-activation GEMV (o_proj): the attention kernel can quantize `y · sigmoid(gate)`
+    /// for it ([`Ctx::gate_q8_bufs`]).
+    pub(super) fn gated_int8_reader(&mut self, y: TensorId) -> Option<(TensorId, usize, usize)> {
+        let g: &Graph = self.g;
+        let root = g.storage_root(y);
+        (0..g.nodes.len()).find_map(|j| {
+            let s = self.fusion.gate_of[j]?;
+            let si = &g.nodes[s].inputs;
+            let nd = &g.nodes[j];
+            let xs = &g.tensor(nd.inputs[0]).shape;
+            let w = g.tensor(g.storage_root(nd.inputs[1]));
+            let (n, k) = (xs[0], xs[1]);
+            let gate = g.tensor(g.storage_root(si[1]));
+            (g.storage_root(si[0]) == root
+                && gate.kind != TensorKind::State
+                && gate.numel() == g.tensor(root).numel()
+                && w.kind == TensorKind::Weight
+                && self.int8_applies(w.dtype, n, k))
+            .then_some((si[1], n, k))
+        })
+    }
+
+    /// The int8 buffers an attention kernel writing `y` fills with `y · sigmoid(gate)` (N =
+    /// `n`, K = `k`); from then on they hold that product (the o_proj GEMV skips its quantize).
+    pub(super) fn gate_q8_bufs(
+        &mut self,
+        y: TensorId,
+        gate: TensorId,
+        n: usize,
+        k: usize,
+    ) -> (Res, Res) {
+        let (mut q, xq, xd) = self.q8_bufs(n, k);
+        let g = self.g;
+        q.holds = Some((g.storage_root(y), Some(g.storage_root(gate)), n, k));
+        self.q8 = Some(q);
+        (xq, xd)
+    }
+
     /// The int8 buffers a norm that writes `y` (N = `n`, K = `k` as its GEMV reads it) fills
     /// in the same dispatch; from then on they hold `y` (its GEMVs skip the quantize).
     pub(super) fn norm_q8_bufs(&mut self, y: TensorId, n: usize, k: usize) -> (Res, Res) {

@@ -487,7 +487,18 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                 v.push(gemv_key(t, shape, sg, true, 2, true));
                 v.push(gemv_key(t, shape, sg, true, 1, false).flag("XGATE"));
                 v.push(gemv_key(t, shape, sg, true, 3, false).flag("SPLIT"));
+                v.push(
+                    gemv_key(t, shape, sg, true, 4, false)
+                        .flag("CONV")
+                        .dq("CW", DType::F16),
+                );
                 if INT8_TYPES.contains(&t) {
+                    v.push(
+                        gemv_key(t, shape, sg, true, 4, false)
+                            .flag("Q8")
+                            .flag("CONV")
+                            .dq("CW", DType::F32),
+                    );
                     for segs in 1..=4 {
                         v.push(gemv_key(t, shape, sg, true, segs, false).flag("Q8"));
                     }
@@ -534,6 +545,11 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     v.push(ShaderKey::new("copy"));
     v.push(ShaderKey::new("copy").flag("BULK"));
     v.push(ShaderKey::new("quantize"));
+    for tree in [false, true] {
+        for (fin, entry) in [(true, "attn"), (false, "combine")] {
+            v.push(attn_key(64, fin, entry, tree).flag("Q8"));
+        }
+    }
     for hd in [16, 100, 256] {
         v.push(qk_prep_key(hd, DType::F32, DType::F16));
     }
