@@ -32,6 +32,13 @@
 //   ConvStep, as conv.wgsl) that reads them: a thread per channel runs the conv over the N
 //   rows and the conv state ST, writes its outputs to Y0 and rewrites the channel's state
 //   column. The raw projection is never stored. Needs a single pass (N ≤ NT).
+// - QOUT (with PAIR and Q8): the SwiGLU outputs are also quantized for the int8 GEMV that reads
+//   them (down), replacing its quantize dispatch. Workgroups hold RW (dividing 32) consecutive
+//   outputs, so a 32-value block spans several: each workgroup publishes its outputs to QY
+//   (atomics: coherent across workgroups), then counts them into the block's counter QC
+//   (storageBarrier before and after: device-scope fences); the workgroup that completes the
+//   block quantizes it (the arithmetic of quantize.wgsl, q8block.wgsl) into XQO, XDO and
+//   resets the counter for the next run. Needs M % 32 == 0 and a single pass (N ≤ NT).
 // Constants: WG, R, RW (weight rows per workgroup: R, or R / 2 with PAIR), NT, U (int8 items
 // per round), RNT = R·NT, SEGS (weights). Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
 // SPLIT, Q8.
@@ -79,6 +86,44 @@
 //#if CONV
 @group(0) @binding(#) var<storage, read> CW: array<u32>;
 @group(0) @binding(#) var<storage, read_write> ST: array<f32>;
+//#endif
+//#if QOUT
+@group(0) @binding(#) var<storage, read_write> QY: array<atomic<u32>>;
+@group(0) @binding(#) var<storage, read_write> QC: array<atomic<u32>>;
+@group(0) @binding(#) var<storage, read_write> XQO: array<u32>;
+@group(0) @binding(#) var<storage, read_write> XDO: array<vec2<f32>>;
+// Only div_rn and q8_round are used here.
+const QWG: u32 = 8u;
+//#include q8block
+var<workgroup> q_last: u32;
+
+// Quantizes output block b of input row n (QY holds [N, M] as f32 bits): as quantize.wgsl.
+fn qout_block(b: u32, n: u32, m_rows: u32) {
+    let base = n * m_rows + b * 32u;
+    var v: array<vec4<f32>, 8>;
+    var mx = 0.0;
+    for (var w = 0u; w < 8u; w++) {
+        let e = base + 4u * w;
+        let x = vec4<f32>(
+            bitcast<f32>(atomicLoad(&QY[e])),
+            bitcast<f32>(atomicLoad(&QY[e + 1u])),
+            bitcast<f32>(atomicLoad(&QY[e + 2u])),
+            bitcast<f32>(atomicLoad(&QY[e + 3u])),
+        );
+        v[w] = x;
+        let a = abs(x);
+        mx = max(mx, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    let d = div_rn(mx, 127.0);
+    let id = select(0.0, div_rn(1.0, d), d != 0.0);
+    var sum = 0.0;
+    for (var w = 0u; w < 8u; w++) {
+        let q = q8_round(v[w], id);
+        sum += (q.x + q.y) + (q.z + q.w);
+        XQO[base / 4u + w] = pack4xI8(vec4<i32>(q));
+    }
+    XDO[base / 32u] = vec2<f32>(d, d * sum);
+}
 //#endif
 
 //#dequant W0
@@ -483,9 +528,31 @@ fn main(
 //#endif
 //#if Q8
             store(seg, n0 + n, m0 + r, sum);
+//#if QOUT
+            atomicStore(&QY[n * m_rows + m0 + r], bitcast<u32>(sum));
+//#endif
 //#else
             store(seg, n, m0 + r, sum);
 //#endif
         }
     }
+//#if QOUT
+    // This workgroup's outputs are published before it counts them.
+    storageBarrier();
+    let b = m0 / 32u;
+    if tid == 0u {
+        let mine = min(RW, m_rows - m0);
+        let total = min(32u, m_rows - b * 32u);
+        q_last = select(0u, 1u, atomicAdd(&QC[b], mine) + mine == total);
+    }
+    if workgroupUniformLoad(&q_last) == 1u {
+        storageBarrier();
+        for (var n = tid; n < n_rows; n += WG) {
+            qout_block(b, n, m_rows);
+        }
+        if tid == 0u {
+            atomicStore(&QC[b], 0u);
+        }
+    }
+//#endif
 }

@@ -135,6 +135,11 @@ pub(super) struct Ctx<'g> {
     pub int8: bool,
     norm_q8: bool,
     pub q8: Option<Q8Buf>,
+    /// A second pair of int8 buffers, written by GEMVs that quantize their own output (QOUT)
+    /// while they read their input from the first pair.
+    pub q8_out: Option<Q8Buf>,
+    /// Scratch of QOUT: output values and per-block counters (zero between runs).
+    pub qout_scratch: Option<(usize, usize)>,
     pub fusion: Fusion,
     /// Label of the node being lowered.
     label: String,
@@ -845,6 +850,8 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         int8: caps.int8,
         norm_q8: caps.int8 && caps.norm_q8,
         q8: None,
+        q8_out: None,
+        qout_scratch: None,
         fusion,
         label: String::new(),
         out: Lowered::default(),

@@ -35,6 +35,8 @@ struct Epi {
     split: Option<(Res, usize, usize)>,
     /// Segment 0 feeds a conv step (CONV): `(taps, their type, state, taps per channel)`.
     conv: Option<(Res, DType, Res, usize)>,
+    /// The SwiGLU output is also quantized (QOUT): `[values, counters, packed int8, scales]`.
+    qout: Option<[Res; 4]>,
 }
 
 fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
@@ -141,6 +143,14 @@ impl Ctx<'_> {
         let blocks = n * k / 32;
         let (mut q, xq, xd) = self.q8_bufs(n, k);
         let key = (src.ids.0, src.ids.1, n, k);
+        // A GEMV quantized its own output (QOUT) for this one: read that pair.
+        if let Some(o) = self.q8_out
+            && o.holds == Some(key)
+            && matches!(self.g.tensor(key.0).kind, TensorKind::Node { .. })
+        {
+            self.q8 = Some(q);
+            return Ok((Res::Scratch(o.xq), Res::Scratch(o.xd)));
+        }
         // Node outputs and inputs are written once per run; a state may change in between.
         let stable = |id: TensorId| self.g.tensor(id).kind != TensorKind::State;
         let fresh = q.holds == Some(key) && stable(src.ids.0) && src.ids.1.is_none_or(stable);
@@ -208,7 +218,12 @@ impl Ctx<'_> {
         epi: Epi,
         n0: Option<usize>,
     ) -> Result<(), BackendError> {
-        let Epi { pair, split, conv } = epi;
+        let Epi {
+            pair,
+            split,
+            conv,
+            qout,
+        } = epi;
         let items = k / shaders::item_elems(t);
         let shape = shaders::gemv_shape(n, items);
         let rw = if pair { shape.r / 2 } else { shape.r } as usize;
@@ -254,6 +269,12 @@ impl Ctx<'_> {
         if let Some((w, _, st, _)) = conv {
             binds.extend([w, st]);
         }
+        if let Some(q) = qout {
+            if !pair || n0 != Some(0) || 32 % rw != 0 {
+                return Err(unsupported(op, "a quantized output of this GEMV"));
+            }
+            binds.extend(q);
+        }
         let key = shaders::gemv_key(
             t,
             shape,
@@ -269,7 +290,8 @@ impl Ctx<'_> {
         let key = match conv {
             Some((_, wt, ..)) => key.flag("CONV").dq("CW", wt),
             None => key,
-        };
+        }
+        .flag_if(qout.is_some(), "QOUT");
         self.step(key, p(&params), binds, groups);
         Ok(())
     }
@@ -339,6 +361,49 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// The QOUT buffers of a gate/up GEMV (weights `t`, `n` rows over K = `k`) writing the
+    /// SwiGLU output `y` of `m` values per row, when an int8 GEMV reads `y` (then the second
+    /// int8 pair holds `y` from this dispatch on), or `None`.
+    fn qout_bufs(
+        &mut self,
+        y: TensorId,
+        t: DType,
+        n: usize,
+        k: usize,
+        m: usize,
+    ) -> Option<[Res; 4]> {
+        let widest = *GEMV_BUCKETS.last().expect("buckets") as usize;
+        let rw = shaders::gemv_shape(n, k / shaders::item_elems(t)).r as usize / 2;
+        if !self.int8_applies(t, n, k) || n > widest || 32 % rw.max(1) != 0 {
+            return None;
+        }
+        if self.int8_reader(y) != Some((n, m)) {
+            return None;
+        }
+        let mut o = self.q8_out.unwrap_or(Q8Buf {
+            xq: self.scratch_index(0),
+            xd: self.scratch_index(0),
+            holds: None,
+        });
+        self.grow_scratch(o.xq, n * m);
+        self.grow_scratch(o.xd, n * m / 32 * 8);
+        o.holds = Some((self.g.storage_root(y), None, n, m));
+        self.q8_out = Some(o);
+        let (vals, counts) = match self.qout_scratch {
+            Some(s) => s,
+            None => (self.scratch_index(0), self.scratch_index(0)),
+        };
+        self.qout_scratch = Some((vals, counts));
+        self.grow_scratch(vals, n * m * 4);
+        self.grow_scratch(counts, m / 32 * 4);
+        Some([
+            Res::Scratch(vals),
+            Res::Scratch(counts),
+            Res::Scratch(o.xq),
+            Res::Scratch(o.xd),
+        ])
+    }
+
     /// Fusion group `gi` as one GEMV dispatch (run at its first member).
     pub(super) fn fused(&mut self, gi: usize) -> Result<(), BackendError> {
         let g: &Graph = self.g;
@@ -391,10 +456,15 @@ impl Ctx<'_> {
             segs[0].y = self.res(cn.outputs[0]);
             conv = Some((taps, tt, self.res(cn.inputs[2]), kw));
         }
+        let qout = match grp.swiglu {
+            Some(sw) => self.qout_bufs(g.nodes[sw].outputs[0], dtype, n, k, segs[0].rows),
+            None => None,
+        };
         let epi = Epi {
             pair: grp.swiglu.is_some(),
             split,
             conv,
+            qout,
         };
         self.gemv(op, dtype, n, k, rb, src, &segs, epi)
     }

@@ -504,6 +504,11 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                     }
                     v.push(gemv_key(t, shape, sg, true, 2, true).flag("Q8"));
                     v.push(
+                        gemv_key(t, shape, sg, true, 2, true)
+                            .flag("Q8")
+                            .flag("QOUT"),
+                    );
+                    v.push(
                         gemv_key(t, shape, sg, true, 3, false)
                             .flag("SPLIT")
                             .flag("Q8"),
