@@ -180,10 +180,12 @@ fn conv_reader(
     }
     let c = rd[t.index()][0];
     let nd = &g.nodes[c];
+    if nd.op != Op::ConvStep || nd.inputs[0] != t {
+        return None;
+    }
     let taps = g.tensor(g.storage_root(nd.inputs[1]));
     let plain = matches!(taps.dtype, DType::F32 | DType::F16 | DType::BF16);
-    (nd.op == Op::ConvStep && nd.inputs[0] == t && taps.kind == TensorKind::Weight && plain)
-        .then_some(c)
+    (taps.kind == TensorKind::Weight && plain).then_some(c)
 }
 
 /// Finds the groups of `g`.
@@ -392,6 +394,37 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
 mod tests {
     use super::*;
     use crate::graph::{GraphBuilder, Plan};
+
+    /// A group's first output read by a conv step is folded into the group; read by a
+    /// one-input op it is not (and nothing is indexed past that op's inputs).
+    #[test]
+    fn conv_epilogue_only_for_conv_steps() {
+        for conv in [true, false] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[1, 64]).unwrap();
+            let wa = b.weight("a", DType::Q8_0, &[32, 64]).unwrap();
+            let wb = b.weight("b", DType::Q8_0, &[32, 64]).unwrap();
+            let a = b.matmul(x, wa).unwrap();
+            let y = b.matmul(x, wb).unwrap();
+            let r = if conv {
+                let taps = b.weight("taps", DType::F32, &[32, 4]).unwrap();
+                let st = b.state("st", &[3, 32]).unwrap();
+                b.conv_step(a, taps, st).unwrap()
+            } else {
+                b.argmax(a).unwrap()
+            };
+            b.output("r", r).unwrap();
+            b.output("y", y).unwrap();
+            let g = b.build();
+            let f = find(&g, &LIM);
+            assert_eq!(f.groups.len(), 1);
+            assert_eq!(f.conv_of(0).is_some(), conv);
+            assert_eq!(f.folded.iter().filter(|x| **x).count(), usize::from(conv));
+            if conv {
+                assert_eq!(f.last(0), g.nodes.len() - 1);
+            }
+        }
+    }
 
     const LIM: Limits = Limits {
         max_binding: 1 << 30,
