@@ -20,6 +20,48 @@ DEV u32 ld_u16(const u8* p) { return *(const u16*)p; }
 // 32 bits at a 2-byte aligned address.
 DEV u32 ld_u32_a2(const u8* p) { return ld_u16(p) | (ld_u16(p + 2) << 16); }
 
+// (float)v for |v| < 2^22 without a conversion instruction (I2F issues at a quarter of the
+// float add rate): the float with bits 1.5 · 2^23 + v, minus 1.5 · 2^23, is exactly v.
+DEV float small_float(i32 v) { return __builtin_bit_cast(float, 0x4B400000 + v) - 12582912.0f; }
+
+// q - 32 on each of four bytes holding 0..63 (no borrow crosses bytes).
+DEV u32 sub32_bytes(u32 v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+// The IQ4_NL grid as four words of int8 (see iq4_value below).
+constexpr u32 IQ4_T0 = 0xBFAD9881u, IQ4_T1 = 0xF6EADDCFu, IQ4_T2 = 0x26190D01u, IQ4_T3 = 0x71594535u;
+
+// The eight grid values of one IQ4 qs word as packed int8: byte k of the word holds value
+// 4t + k in its low nibble and value 16 + 4t + k in its high one; lo gets the low nibbles'
+// values (bytes in order), hi the high nibbles'. The integer-dot kernels spend most of their
+// integer ops here, so each target uses its byte permute.
+DEV void iq4_words(u32 q, u32& lo, u32& hi) {
+#if defined(__NVPTX__)
+    // All eight nibbles at once (llama.cpp's get_int_from_table_16 idea): 8 byte permutes and
+    // 6 other ops instead of two lut16 calls (~24). prmt reads a 4-bit selector per byte whose
+    // bit 3 means sign-replicate, so the lookups use bits 0-2 and bit 3 picks the half.
+    // (Tried on the H200: the file's nibbles regrouped at upload to save the two final
+    // permutes, with the halves split by sign so no pick is needed either; the two extra dot
+    // products per word made the 1-row step 10 % slower than this.)
+    const u32 q7 = q & 0x77777777u;
+    const u32 pick = 0x32103210u | ((q & 0x88888888u) >> 1);
+    // n = 0: nibbles 0-3 (values lo 0, hi 0, lo 1, hi 1); n = 1: nibbles 4-7.
+    u32 v[2];
+#pragma unroll
+    for (u32 n = 0; n < 2; ++n) {
+        u32 a, b;
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(IQ4_T0), "r"(IQ4_T1), "r"(q7 >> (16 * n)));
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(b) : "r"(IQ4_T2), "r"(IQ4_T3), "r"(q7 >> (16 * n)));
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(v[n]) : "r"(a), "r"(b), "r"(pick >> (16 * n)));
+    }
+    // {v1:v0} = lo 0, hi 0, lo 1, hi 1, lo 2, hi 2, lo 3, hi 3: even bytes, then odd bytes.
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(v[0]), "r"(v[1]), "r"(0x6420u));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(v[0]), "r"(v[1]), "r"(0x7531u));
+#else
+    lo = lut16(q & 0x0f0f0f0fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3);
+    hi = lut16((q >> 4) & 0x0f0f0f0fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3);
+#endif
+}
+
 // The 16 IQ4_NL grid values, packed as bytes of two 64-bit constants (no memory lookup).
 DEV float iq4_value(u32 q) {
     const u64 lo = 0xF6EADDCFBFAD9881ull;  // -127 -104 -83 -65 -49 -35 -22 -10
