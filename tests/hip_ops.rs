@@ -994,7 +994,9 @@ fn tiny_model(int8: bool, tol: f64) {
     g.set_int8_matmul(int8);
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tiny-q8_0.gguf");
+    // One file per test: the two callers run on parallel test threads of one process, and
+    // rewriting a file the other has mapped kills the process (SIGBUS, seen on the H200).
+    let path = dir.join(format!("tiny-q8_0-int8-{int8}.gguf"));
     synth::write(
         &synth::preset("tiny").unwrap(),
         synth::Recipe::Q8_0,

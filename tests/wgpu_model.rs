@@ -131,7 +131,11 @@ fn same_top(near_ties: bool, want: &[f32], got: &[f32], label: &str) {
 fn synth_model(recipe: synth::Recipe, seed: u64) -> Qwen35 {
     let dir = std::env::temp_dir().join(format!("deltaspec-wgpu-model-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("tiny-{recipe:?}-{seed}.gguf"));
+    // A file per call: tests on parallel threads of this process synthesize the same recipe,
+    // and rewriting a file another test has mapped kills the process with SIGBUS.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("tiny-{recipe:?}-{seed}-{call}.gguf"));
     synth::write(&synth::preset("tiny").unwrap(), recipe, seed, &path).unwrap();
     let m = Qwen35::load(&path).unwrap();
     let _ = std::fs::remove_file(&path);
