@@ -162,6 +162,231 @@ DS_ATTN(2)
 DS_ATTN(4)
 DS_ATTN(8)
 
+// Non-causal attention of a block of queries (graph op AttentionNonCausal: drafter blocks of B
+// rows over the context and the block). attn_hdN above re-reads every K/V row once per (query,
+// head); here a block owns one kv head, the (up to) NC_Q query vectors that share it and one
+// split of the keys, and stages NC_KC key rows of K and V in shared memory once for all of them.
+// Query vectors are numbered qi = t·G + g over the T·G (token, head) pairs of the kv head
+// (G = nh / nkv, head kvh·G + g). Grid (nsplit, nkv, ceil(T·G / NC_Q)), NC_THREADS threads;
+// warp w owns queries NC_QW·w .. NC_QW·w + NC_QW − 1 of the block.
+// Scores: lane l holds dims l, l + 32, ... of its warp's NC_QW queries in registers; per chunk
+// of NC_CH keys it forms the NC_QW·NC_CH = 32 partial dots (query, key) and one transposing
+// butterfly (16 + 8 + 4 + 2 + 1 shuffles, nc_fold) leaves the full dot of (query l / NC_CH, key
+// l % NC_CH) in lane l. Softmax: online per query and tile (the max over the NC_CH lanes of a
+// query); the weights go through shared memory to the value pass, where lanes hold dims again.
+// Keys: split s covers its share of the union [lo, n_all) of the queries' ranges (both derived on
+// the device from pos, as in attn); each query masks the keys outside its own range. Output as
+// attn: normalised with one split, else partials for attn_combine.
+constexpr u32 NC_WARPS = 8;
+constexpr u32 NC_THREADS = NC_WARPS * WARP;
+constexpr u32 NC_QW = 4;                // query vectors per warp
+constexpr u32 NC_Q = NC_WARPS * NC_QW;  // per block (mirrored by lower.rs NC_QUERIES)
+constexpr u32 NC_CH = WARP / NC_QW;     // keys per transposed chunk
+// Keys per shared-memory tile: K and V tiles of NC_KC · 32·HDL floats each stay within 32 KiB.
+constexpr u32 nc_kc(u32 hdl) { return hdl <= 4 ? 32 : 16; }
+static_assert(NC_QW == 4, "the value pass reads a warp's weights of one key as one f32x4");
+
+// The smallest in-cache position of the T rows (cap if none), for every lane of the warp.
+DEV u32 attn_first(const i32* __restrict__ pos, u32 T, u32 cap) {
+    u32 mn = cap;
+    for (u32 i = lane_id(); i < T; i += WARP) {
+        const i32 p = pos[i];
+        if (p >= 0 && (u32)p < cap && (u32)p < mn) mn = (u32)p;
+    }
+#pragma unroll
+    for (u32 m = 16; m > 0; m >>= 1) {
+        const u32 o = (u32)shfl_xor_i32((i32)mn, m);
+        mn = o < mn ? o : mn;
+    }
+    return mn;
+}
+
+// One step of the transposing butterfly: lanes with bit O set keep the upper O of the 2·O values
+// and send the lower O to their partner, which does the opposite; both add what they receive.
+// After O = 16 .. 1, lane l holds the sum over all lanes of value l.
+// The halves are exchanged by an integer blend, not a select: clang turns a select of two array
+// elements into a load through a selected address, which keeps the array in local memory.
+template <u32 O>
+DEV void nc_fold(float (&v)[WARP], u32 lane) {
+    const i32 up = -(i32)((lane / O) & 1u);  // all ones where bit O of the lane is set
+#pragma unroll
+    for (u32 i = 0; i < O; ++i) {
+        const i32 lo = __builtin_bit_cast(i32, v[i]), hi = __builtin_bit_cast(i32, v[i + O]);
+        const i32 swap = (lo ^ hi) & up;
+        const float send = __builtin_bit_cast(float, hi ^ swap);  // lo where up, else hi
+        const float keep = __builtin_bit_cast(float, lo ^ swap);  // hi where up, else lo
+        v[i] = keep + shfl_xor(send, O);
+    }
+    if constexpr (O > 1) nc_fold<O / 2>(v, lane);
+}
+
+template <u32 HDL>
+DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
+                 const i32* __restrict__ pos, float* __restrict__ out, float* __restrict__ part_o,
+                 float* __restrict__ part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, u32 cap,
+                 u32 window, u32 T) {
+    constexpr u32 KC = nc_kc(HDL), HDP = HDL * WARP;
+    __shared__ float ks[KC][HDP], vs[KC][HDP];
+    __shared__ f32x4 pw[NC_WARPS][KC];  // softmax weights of a warp's NC_QW queries per key
+    const u32 sp = bid_x(), kvh = bid_y();
+    const u32 lane = lane_id(), w = tid_x() / WARP;
+    const u32 G = nh / nkv, nq = T * G, row = nkv * hd;
+    const u32 q0 = bid_z() * NC_Q + w * NC_QW;  // this warp's first query vector
+
+    // The union of the queries' key ranges, and this split's part of it.
+    const u32 n_all = attn_extent(pos, T, cap);
+    u32 lo_all = 0;
+    if (window > 0) {
+        const u32 first = attn_first(pos, T, cap);
+        lo_all = first < n_all && first > window ? first - window : 0u;
+    }
+    const u32 span = n_all > lo_all ? n_all - lo_all : 0u;
+    const u32 chunk = (span + nsplit - 1) / nsplit;
+    const u32 j0 = lo_all + sp * chunk;
+    const u32 j1 = j0 + chunk < n_all ? j0 + chunk : n_all;
+
+    // The key range [qlo, qhi) of this lane's scoring query (q0 + lane / NC_CH).
+    u32 qlo = 0, qhi = 0;
+    {
+        const u32 qi = q0 + lane / NC_CH;
+        const i32 p = qi < nq ? pos[qi / G] : -1;
+        if (p >= 0 && (u32)p < cap) {
+            qhi = n_all;
+            if (window > 0) {
+                qlo = (u32)p > window ? (u32)p - window : 0u;
+                const u32 w_hi = (u32)p + window + 1;
+                qhi = w_hi < qhi ? w_hi : qhi;
+            }
+        }
+    }
+
+    float qr[NC_QW][HDL], acc[NC_QW][HDL];
+#pragma unroll
+    for (u32 i = 0; i < NC_QW; ++i) {
+        const u32 qi = q0 + i;
+        const float* qh = q + ((u64)(qi / G) * nh + kvh * G + qi % G) * hd;
+#pragma unroll
+        for (u32 r = 0; r < HDL; ++r) {
+            const u32 d = lane + WARP * r;
+            qr[i][r] = qi < nq && d < hd ? qh[d] : 0.0f;
+            acc[i][r] = 0.0f;
+        }
+    }
+    // Running max (equal on the NC_CH lanes of a query) and this lane's part of the sum.
+    float m = -__builtin_inff(), l = 0.0f;
+    for (u32 jt = j0; jt < j1; jt += KC) {
+        sync_block();  // the previous tile's readers are done
+        for (u32 e = tid_x(); e < KC * HDP; e += NC_THREADS) {
+            const u32 kk = e / HDP, d = e % HDP, j = jt + kk;
+            const bool ok = j < j1 && d < hd;
+            const u64 off = (u64)j * row + (u64)kvh * hd + d;
+            ks[kk][d] = ok ? kc[off] : 0.0f;
+            vs[kk][d] = ok ? vc[off] : 0.0f;
+        }
+        sync_block();
+        // Scores of (query lane / NC_CH, key c·NC_CH + lane % NC_CH), masked and scaled.
+        float s[KC / NC_CH];
+        float tmax = -__builtin_inff();
+#pragma unroll
+        for (u32 c = 0; c < KC / NC_CH; ++c) {
+            float v[WARP];
+#pragma unroll
+            for (u32 kk = 0; kk < NC_CH; ++kk) {
+                float kv[HDL];
+#pragma unroll
+                for (u32 r = 0; r < HDL; ++r) kv[r] = ks[c * NC_CH + kk][lane + WARP * r];
+#pragma unroll
+                for (u32 i = 0; i < NC_QW; ++i) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (u32 r = 0; r < HDL; ++r) dot += qr[i][r] * kv[r];
+                    v[i * NC_CH + kk] = dot;
+                }
+            }
+            nc_fold<WARP / 2>(v, lane);
+            const u32 j = jt + c * NC_CH + lane % NC_CH;
+            s[c] = j >= qlo && j < qhi && j < j1 ? v[0] * scale : -__builtin_inff();
+            tmax = __builtin_fmaxf(tmax, s[c]);
+        }
+#pragma unroll
+        for (u32 o = NC_CH / 2; o > 0; o >>= 1) tmax = __builtin_fmaxf(tmax, shfl_xor(tmax, o));
+        const float m_new = __builtin_fmaxf(m, tmax);
+        // No key of this query so far: nothing to rescale, every weight 0.
+        const bool none = m_new == -__builtin_inff();
+        const float corr = none ? 1.0f : ds_expf(m - m_new);
+        l *= corr;
+        m = m_new;
+#pragma unroll
+        for (u32 c = 0; c < KC / NC_CH; ++c) {
+            const float e = s[c] == -__builtin_inff() ? 0.0f : ds_expf(s[c] - m_new);
+            l += e;
+            float* slot = &pw[w][c * NC_CH + lane % NC_CH].x;
+            slot[lane / NC_CH] = e;
+        }
+        float cr[NC_QW];
+#pragma unroll
+        for (u32 i = 0; i < NC_QW; ++i) cr[i] = shfl_idx(corr, i * NC_CH);
+        sync_block();  // the weights are visible to the whole warp (block-uniform loop)
+#pragma unroll
+        for (u32 i = 0; i < NC_QW; ++i)
+#pragma unroll
+            for (u32 r = 0; r < HDL; ++r) acc[i][r] *= cr[i];
+#pragma unroll 4
+        for (u32 kk = 0; kk < KC; ++kk) {
+            const f32x4 p4 = pw[w][kk];
+            const float pk[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+            for (u32 r = 0; r < HDL; ++r) {
+                const float vv = vs[kk][lane + WARP * r];
+#pragma unroll
+                for (u32 i = 0; i < NC_QW; ++i) acc[i][r] += pk[i] * vv;
+            }
+        }
+    }
+    // The sum of each query over its NC_CH lanes.
+#pragma unroll
+    for (u32 o = NC_CH / 2; o > 0; o >>= 1) l += shfl_xor(l, o);
+    float L[NC_QW], M[NC_QW];
+#pragma unroll
+    for (u32 i = 0; i < NC_QW; ++i) {
+        L[i] = shfl_idx(l, i * NC_CH);
+        M[i] = shfl_idx(m, i * NC_CH);
+    }
+#pragma unroll
+    for (u32 i = 0; i < NC_QW; ++i) {
+        const u32 qi = q0 + i;
+        if (qi >= nq) continue;
+        const u64 head = (u64)(qi / G) * nh + kvh * G + qi % G;
+#pragma unroll
+        for (u32 r = 0; r < HDL; ++r) {
+            const u32 d = lane + WARP * r;
+            if (d >= hd) continue;
+            if (nsplit == 1) {
+                out[head * hd + d] = acc[i][r] / L[i];
+            } else {
+                part_o[(head * nsplit + sp) * hd + d] = acc[i][r];
+            }
+        }
+        if (nsplit != 1 && lane == 0) {
+            part_ml[(head * nsplit + sp) * 2] = M[i];
+            part_ml[(head * nsplit + sp) * 2 + 1] = L[i];
+        }
+    }
+}
+
+#define DS_ATTN_NC(HDL)                                                                                  \
+    KERNEL(NC_THREADS)                                                                                   \
+    attn_nc_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,         \
+                    float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,      \
+                    u32 cap, u32 window, u32 T) {                                                         \
+        attn_nc<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, window, T); \
+    }
+
+DS_ATTN_NC(1)
+DS_ATTN_NC(2)
+DS_ATTN_NC(4)
+DS_ATTN_NC(8)
+
 constexpr u32 COMBINE_THREADS = 128;
 
 // Grid (nh, T): merges the nsplit partials of one (token, head).

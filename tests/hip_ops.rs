@@ -875,6 +875,93 @@ fn attention_prefill_decode_and_long_context() {
     }
 }
 
+/// Non-causal attention as the drafters run it (`attn_nc_*`: one block per kv head and group of
+/// query vectors, split over the keys): a context append whose output nothing reads (only its
+/// cache writes run on the GPU), then a block of queries over the context and the block. Odd
+/// head dims and head counts, more query vectors than one block holds, one and several key
+/// splits, windows, and positions that are not consecutive.
+#[test]
+fn non_causal_attention_blocks_over_context() {
+    let cap = 1100;
+    // (nh, nkv, hd, block rows): 32 query vectors (one block), 39 (two, the second partial),
+    // 5, 36 at head dim 256.
+    for (nh, nkv, hd, t) in [
+        (8, 2, 128, 8),
+        (6, 2, 40, 13),
+        (3, 3, 17, 5),
+        (4, 1, 256, 9),
+    ] {
+        let p = AttnParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let decls = [
+            StateDecl::new("kc", &[cap, nkv, hd]),
+            StateDecl::new("vc", &[cap, nkv, hd]),
+        ];
+        let Some(mut pair) = Pair::new("attention_nc", &WeightStore::default(), &decls) else {
+            return;
+        };
+        let mut rng = Rng::new((nh * 1000 + hd * 10 + t) as u64);
+        let what = format!("non-causal nh={nh} nkv={nkv} hd={hd} t={t}");
+        let kc = rng.vec_normal(cap * nkv * hd, 1.0);
+        let vc = rng.vec_normal(cap * nkv * hd, 1.0);
+        pair.write_state("kc", &kc);
+        pair.write_state("vc", &vc);
+        // (context rows appended first, block positions, window)
+        let at = |p0: i32| (p0..p0 + t as i32).collect::<Vec<i32>>();
+        let spread: Vec<i32> = (0..t as i32).map(|i| 40 + 83 * i).collect();
+        let cases: [(usize, Vec<i32>, usize); 6] = [
+            (3, at(3), 0),     // short: one split
+            (5, at(900), 0),   // long: several splits and the combine
+            (0, at(900), 300), // windowed: the union starts at 600
+            (2, at(1000), 5),  // narrow window inside the block
+            (0, spread.clone(), 0),
+            (0, spread, 64), // each query its own window
+        ];
+        for (ctx, pos, window) in cases {
+            let mut b = GraphBuilder::new();
+            let mut inputs = Vec::new();
+            let kcs = b.state("kc", &[cap, nkv, hd]).unwrap();
+            let vcs = b.state("vc", &[cap, nkv, hd]).unwrap();
+            if ctx > 0 {
+                // The drafters' context append: zero queries, output unused.
+                let cq = b.input("cq", DType::F32, &[ctx, nh, hd]).unwrap();
+                let ck = b.input("ck", DType::F32, &[ctx, nkv, hd]).unwrap();
+                let cv = b.input("cv", DType::F32, &[ctx, nkv, hd]).unwrap();
+                let cpos = b.input("cpos", DType::I32, &[ctx]).unwrap();
+                b.attention_non_causal(p, window, cq, ck, cv, cpos, kcs, vcs)
+                    .unwrap();
+                let p0 = pos.iter().min().copied().unwrap_or(0) - ctx as i32;
+                inputs.extend([
+                    ("cq", HostData::F32(vec![0.0; ctx * nh * hd])),
+                    ("ck", HostData::F32(rng.vec_normal(ctx * nkv * hd, 1.0))),
+                    ("cv", HostData::F32(rng.vec_normal(ctx * nkv * hd, 1.0))),
+                    ("cpos", HostData::I32((p0..p0 + ctx as i32).collect())),
+                ]);
+            }
+            let q = b.input("q", DType::F32, &[t, nh, hd]).unwrap();
+            let k = b.input("k", DType::F32, &[t, nkv, hd]).unwrap();
+            let v = b.input("v", DType::F32, &[t, nkv, hd]).unwrap();
+            let ps = b.input("pos", DType::I32, &[t]).unwrap();
+            let o = b
+                .attention_non_causal(p, window, q, k, v, ps, kcs, vcs)
+                .unwrap();
+            b.output("o", o).unwrap();
+            inputs.extend(attn_inputs(&mut rng, t, nh, nkv, hd, &pos));
+            pair.check(
+                &format!("{what} ctx={ctx} pos={pos:?} window={window}"),
+                &b.build(),
+                &inputs,
+                F32_TOL,
+                &["kc", "vc"],
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Selection
 

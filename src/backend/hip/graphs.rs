@@ -21,7 +21,7 @@ pub(super) struct Key {
     pub exec: usize,
     pub weights: u32,
     pub states: u32,
-    /// Launch shapes that depend on the run's values ([`super::lower::launch_key`]).
+    /// Launch shapes that depend on the run's values ([`super::attention::launch_key`]).
     pub shapes: Vec<u32>,
 }
 

@@ -313,6 +313,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     v.push(("attention", "kv_write".into()));
     for h in ATTN_HDL {
         v.push(("attention", format!("attn_hd{h}")));
+        v.push(("attention", format!("attn_nc_hd{h}")));
     }
     v.push(("attention", "attn_combine".into()));
     for n in ["argmax_f32", "top_k_f32"] {

@@ -98,7 +98,7 @@ impl Env<'_> {
     }
 }
 
-fn unsupported(be: &HipBackend, op: &Op, msg: String) -> BackendError {
+pub(super) fn unsupported(be: &HipBackend, op: &Op, msg: String) -> BackendError {
     BackendError::Unsupported {
         backend: be.label.clone(),
         op: op.name().into(),
@@ -263,7 +263,7 @@ pub(super) fn check_states(be: &HipBackend, g: &Graph, s: &StateSet) -> Result<(
 }
 
 /// The values of an i32 graph input, if `id` is one (token ids, positions).
-fn input_i32<'a>(
+pub(super) fn input_i32<'a>(
     g: &Graph,
     bound: &HashMap<TensorId, &'a HostData>,
     id: TensorId,
@@ -648,9 +648,11 @@ pub(super) fn node(
                 ],
             )
         }
-        Op::Attention(p) => attention(be, env, node, p, None),
-        Op::AttentionNonCausal { attn, window } => attention(be, env, node, attn, Some(*window)),
-        Op::AttentionTree(p) => attention(be, env, node, p, None),
+        Op::Attention(p) => super::attention::lower(be, env, node, p, None),
+        Op::AttentionNonCausal { attn, window } => {
+            super::attention::lower(be, env, node, attn, Some(*window))
+        }
+        Op::AttentionTree(p) => super::attention::lower(be, env, node, p, None),
         Op::ArgMax => {
             let x = inp(0);
             let (rows, v) = (x.shape[0], x.shape[1]);
@@ -823,169 +825,6 @@ pub(super) fn node(
             Ok(())
         }
     }
-}
-
-/// Keys per split of the attention kernel when a query's context is split.
-const ATTN_CHUNK: usize = 256;
-const ATTN_MAX_SPLITS: usize = 64;
-
-/// How many splits the attention kernel cuts each query's key range into: the only launch shape
-/// that depends on a run's values (the positions); the kernel derives the split length and the
-/// key range from the positions in device memory, so a captured graph stays valid for every run
-/// with the same split counts ([`launch_key`]).
-fn attention_splits(
-    be: &HipBackend,
-    g: &Graph,
-    bound: &HashMap<TensorId, &HostData>,
-    node: &Node,
-    p: &crate::graph::AttnParams,
-    window: Option<usize>,
-) -> Result<usize, BackendError> {
-    let tree = matches!(node.op, Op::AttentionTree(_));
-    let cap = g.tensor(node.inputs[if tree { 5 } else { 4 }]).shape[0];
-    let t = g.tensor(node.inputs[0]).shape[0];
-    // One past the largest position: known on the host when positions are an input.
-    let n_all = input_i32(g, bound, node.inputs[3])
-        .and_then(|v| v.iter().max().map(|m| (*m as usize + 1).min(cap)));
-    if window.is_some() && n_all.is_none() {
-        return Err(unsupported(
-            be,
-            &node.op,
-            "non-causal attention needs its positions as a graph input".into(),
-        ));
-    }
-    let n_all = n_all.unwrap_or(cap);
-    // Longest key range of any query.
-    let max_n = match window {
-        Some(w) if w > 0 => (2 * w + 1).min(n_all),
-        _ => n_all,
-    };
-    let sms = be.drv.multiprocessors() as usize;
-    Ok(if t * p.n_heads >= 4 * sms {
-        1
-    } else {
-        max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
-    })
-}
-
-/// The values of a run that fix its launch shapes beyond the graph's own shapes: the split count
-/// of every attention node. Two runs of one graph with equal keys issue the same launches with
-/// the same arguments (everything else a kernel needs per run is read from device memory).
-pub(super) fn launch_key(
-    be: &HipBackend,
-    g: &Graph,
-    bound: &HashMap<TensorId, &HostData>,
-) -> Result<Vec<u32>, BackendError> {
-    let mut key = Vec::new();
-    for node in &g.nodes {
-        let (p, window) = match &node.op {
-            Op::Attention(p) | Op::AttentionTree(p) => (p, None),
-            Op::AttentionNonCausal { attn, window } => (attn, Some(*window)),
-            _ => continue,
-        };
-        key.push(attention_splits(be, g, bound, node, p, window)? as u32);
-    }
-    Ok(key)
-}
-
-/// `window`: `None` for causal attention, `Some(w)` for non-causal (0 = unlimited).
-fn attention(
-    be: &HipBackend,
-    env: &Env,
-    node: &Node,
-    p: &crate::graph::AttnParams,
-    window: Option<usize>,
-) -> Result<(), BackendError> {
-    let g = env.graph;
-    let ptr = |i: usize| env.ptr(node.inputs[i]);
-    // The tree form has its mask at 4 and the caches after it.
-    let tree = matches!(node.op, Op::AttentionTree(_));
-    let kc = if tree { 5 } else { 4 };
-    let mask = if tree { ptr(4) } else { 0 };
-    let (nh, nkv, hd) = (p.n_heads, p.n_kv_heads, p.head_dim);
-    let t = g.tensor(node.inputs[0]).shape[0];
-    let cap = g.tensor(node.inputs[kc]).shape[0];
-    let row = nkv * hd;
-    if t == 0 || row == 0 || nh == 0 {
-        return Ok(());
-    }
-    let u = |v: usize| Arg::U32(v as u32);
-    launch(
-        be,
-        "attention",
-        "kv_write",
-        [blocks((t * row) as u64, 256), 1, 1],
-        256,
-        &[
-            Arg::P(ptr(1)),
-            Arg::P(ptr(2)),
-            Arg::P(ptr(3)),
-            Arg::P(ptr(kc)),
-            Arg::P(ptr(kc + 1)),
-            u(t),
-            u(row),
-            u(cap),
-        ],
-    )?;
-    let nsplit = attention_splits(be, env.graph, env.bound, node, p, window)?;
-    let hdl = match hd.div_ceil(32) {
-        0 | 1 => 1,
-        2 => 2,
-        3 | 4 => 4,
-        _ => 8,
-    };
-    let (part_o, part_ml) = if nsplit > 1 {
-        let o = t * nh * nsplit * hd;
-        let base = be.scratch((o + 2 * t * nh * nsplit) * 4)?;
-        (base, base + (o * 4) as DevPtr)
-    } else {
-        (0, 0)
-    };
-    let out = env.ptr(node.outputs[0]);
-    launch(
-        be,
-        "attention",
-        &format!("attn_hd{hdl}"),
-        [nsplit as u32, nh as u32, t as u32],
-        128,
-        &[
-            Arg::P(ptr(0)),
-            Arg::P(ptr(kc)),
-            Arg::P(ptr(kc + 1)),
-            Arg::P(ptr(3)),
-            Arg::P(out),
-            Arg::P(part_o),
-            Arg::P(part_ml),
-            u(nh),
-            u(nkv),
-            u(hd),
-            Arg::F32(p.scale),
-            u(nsplit),
-            u(cap),
-            u(usize::from(window.is_none())),
-            u(window.unwrap_or(0)),
-            Arg::P(mask),
-            u(t),
-        ],
-    )?;
-    if nsplit > 1 {
-        launch(
-            be,
-            "attention",
-            "attn_combine",
-            [nh as u32, t as u32, 1],
-            128,
-            &[
-                Arg::P(part_o),
-                Arg::P(part_ml),
-                Arg::P(out),
-                u(nh),
-                u(hd),
-                u(nsplit),
-            ],
-        )?;
-    }
-    Ok(())
 }
 
 /// Weight rows per warp of the wide `qgemv_<type>_<nt>x<r>` variant an unfused int8 GEMV of

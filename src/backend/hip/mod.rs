@@ -13,6 +13,7 @@
 //!
 //! `--backend hip` tries AMD then NVIDIA; `hip:rocm` and `hip:cuda` force one.
 
+mod attention;
 pub mod driver;
 mod fused;
 mod graphs;
@@ -1004,7 +1005,7 @@ impl Backend for HipBackend {
                 exec: ei,
                 weights: weights.0,
                 states: states.0,
-                shapes: lower::launch_key(self, &graph, &bound)?,
+                shapes: attention::launch_key(self, &graph, &bound)?,
             };
             let plan = self.graphs.borrow_mut().plan(key.clone());
             Some((plan, key))

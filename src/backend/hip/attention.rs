@@ -1,0 +1,238 @@
+//! Lowering of the attention ops (`hip/attention.hip`): the cache write, then one of two kernels.
+//!
+//! - `attn_hd*` (causal and tree attention): one block per (key split, head, query row), each
+//!   reading the K/V rows of its range.
+//! - `attn_nc_hd*` (non-causal attention: drafter blocks of B rows over context + block): one
+//!   block per (key split, kv head, group of [`NC_QUERIES`] query vectors of that kv head), which
+//!   stages each K/V row once in shared memory for all of them (B · nh / nkv queries share a
+//!   row, 32 for a DFlash2 block of 8 at 32:8 heads) instead of re-reading it per query.
+//!
+//! Both write the normalised output with one split, else partials that `attn_combine` merges.
+//! A node whose output nothing reads (the drafters' context-row appends: zero queries over the
+//! new context rows, run only for their cache writes) launches only `kv_write`.
+
+use super::HipBackend;
+use super::driver::DevPtr;
+use super::lower::{Arg, Env, blocks, input_i32, launch, u32_arg, unsupported};
+use crate::backend::{BackendError, HostData};
+use crate::graph::{AttnParams, Graph, Node, Op, TensorId};
+use std::collections::HashMap;
+
+/// Keys per split of `attn_hd*` when a query's context is split.
+const ATTN_CHUNK: usize = 256;
+const ATTN_MAX_SPLITS: usize = 64;
+/// Query vectors one `attn_nc_*` block owns (`NC_Q` in `hip/attention.hip`).
+const NC_QUERIES: usize = 32;
+/// Threads of an `attn_nc_*` block (`NC_THREADS`: 8 warps of 4 query vectors).
+const NC_THREADS: u32 = 256;
+/// Fewest keys per split of `attn_nc_*`: fewer would mostly add partials for the combine.
+const NC_MIN_CHUNK: usize = 64;
+
+/// Whether no node reads `node`'s output and it is no graph output: the node then only writes
+/// its caches.
+fn output_unused(g: &Graph, node: &Node) -> bool {
+    let out = node.outputs[0];
+    !g.outputs.iter().any(|(_, id)| *id == out) && !g.nodes.iter().any(|n| n.inputs.contains(&out))
+}
+
+/// The cache operand positions of an attention node: (mask, k_cache); the tree form has its
+/// mask at 4 and the caches after it.
+fn operands(node: &Node) -> (Option<usize>, usize) {
+    if matches!(node.op, Op::AttentionTree(_)) {
+        (Some(4), 5)
+    } else {
+        (None, 4)
+    }
+}
+
+/// How many splits the attention kernel cuts the key range into: the only launch shape that
+/// depends on a run's values (the positions); the kernels derive the split length and the key
+/// ranges from the positions in device memory, so a captured graph stays valid for every run
+/// with the same split counts ([`launch_key`]).
+fn splits(
+    be: &HipBackend,
+    g: &Graph,
+    bound: &HashMap<TensorId, &HostData>,
+    node: &Node,
+    p: &AttnParams,
+    window: Option<usize>,
+) -> Result<usize, BackendError> {
+    if output_unused(g, node) {
+        return Ok(1); // no attention kernel runs
+    }
+    let cap = g.tensor(node.inputs[operands(node).1]).shape[0];
+    let t = g.tensor(node.inputs[0]).shape[0];
+    let pos = input_i32(g, bound, node.inputs[3]);
+    // One past the largest position: known on the host when positions are an input.
+    let n_all = pos.and_then(|v| v.iter().max().map(|m| (*m as usize + 1).min(cap)));
+    let sms = be.drv.multiprocessors() as usize;
+    if let Some(w) = window {
+        let (Some(pos), Some(n_all)) = (pos, n_all) else {
+            return Err(unsupported(
+                be,
+                &node.op,
+                "non-causal attention needs its positions as a graph input".into(),
+            ));
+        };
+        // The union of the queries' key ranges, as the kernel derives it.
+        let first = pos
+            .iter()
+            .filter_map(|&p| usize::try_from(p).ok())
+            .min()
+            .unwrap_or(0);
+        let lo = if w > 0 { first.saturating_sub(w) } else { 0 };
+        let span = n_all.saturating_sub(lo);
+        let groups = p.n_kv_heads * (t * (p.n_heads / p.n_kv_heads.max(1))).div_ceil(NC_QUERIES);
+        // About two blocks per multiprocessor, each with at least NC_MIN_CHUNK keys.
+        let want = (2 * sms).div_ceil(groups.max(1));
+        return Ok(want
+            .min(span.div_ceil(NC_MIN_CHUNK))
+            .clamp(1, ATTN_MAX_SPLITS));
+    }
+    let max_n = n_all.unwrap_or(cap);
+    Ok(if t * p.n_heads >= 4 * sms {
+        1
+    } else {
+        max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
+    })
+}
+
+/// The values of a run that fix its launch shapes beyond the graph's own shapes: the split count
+/// of every attention node. Two runs of one graph with equal keys issue the same launches with
+/// the same arguments (everything else a kernel needs per run is read from device memory).
+pub(super) fn launch_key(
+    be: &HipBackend,
+    g: &Graph,
+    bound: &HashMap<TensorId, &HostData>,
+) -> Result<Vec<u32>, BackendError> {
+    let mut key = Vec::new();
+    for node in &g.nodes {
+        let (p, window) = match &node.op {
+            Op::Attention(p) | Op::AttentionTree(p) => (p, None),
+            Op::AttentionNonCausal { attn, window } => (attn, Some(*window)),
+            _ => continue,
+        };
+        key.push(splits(be, g, bound, node, p, window)? as u32);
+    }
+    Ok(key)
+}
+
+/// Launches one attention node. `window`: `None` for causal attention, `Some(w)` for
+/// non-causal (0 = unlimited).
+pub(super) fn lower(
+    be: &HipBackend,
+    env: &Env,
+    node: &Node,
+    p: &AttnParams,
+    window: Option<usize>,
+) -> Result<(), BackendError> {
+    let g = env.graph;
+    let ptr = |i: usize| env.ptr(node.inputs[i]);
+    let (mask, kc) = operands(node);
+    let mask = mask.map_or(0, ptr);
+    let (nh, nkv, hd) = (p.n_heads, p.n_kv_heads, p.head_dim);
+    let t = g.tensor(node.inputs[0]).shape[0];
+    let cap = g.tensor(node.inputs[kc]).shape[0];
+    let row = nkv * hd;
+    if t == 0 || row == 0 || nh == 0 {
+        return Ok(());
+    }
+    let u = |v: usize| u32_arg(be, &node.op, v);
+    let grid_dim = |v: usize| {
+        u32::try_from(v).map_err(|_| unsupported(be, &node.op, format!("grid size {v}")))
+    };
+    launch(
+        be,
+        "attention",
+        "kv_write",
+        [blocks((t * row) as u64, 256), 1, 1],
+        256,
+        &[
+            Arg::P(ptr(1)),
+            Arg::P(ptr(2)),
+            Arg::P(ptr(3)),
+            Arg::P(ptr(kc)),
+            Arg::P(ptr(kc + 1)),
+            u(t)?,
+            u(row)?,
+            u(cap)?,
+        ],
+    )?;
+    if output_unused(g, node) {
+        return Ok(());
+    }
+    let nsplit = splits(be, g, env.bound, node, p, window)?;
+    let hdl = match hd.div_ceil(32) {
+        0 | 1 => 1,
+        2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    };
+    let (part_o, part_ml): (DevPtr, DevPtr) = if nsplit > 1 {
+        let o = t * nh * nsplit * hd;
+        let base = be.scratch((o + 2 * t * nh * nsplit) * 4)?;
+        (base, base + (o * 4) as DevPtr)
+    } else {
+        (0, 0)
+    };
+    let out = env.ptr(node.outputs[0]);
+    let mut args = vec![
+        Arg::P(ptr(0)),
+        Arg::P(ptr(kc)),
+        Arg::P(ptr(kc + 1)),
+        Arg::P(ptr(3)),
+        Arg::P(out),
+        Arg::P(part_o),
+        Arg::P(part_ml),
+        u(nh)?,
+        u(nkv)?,
+        u(hd)?,
+        Arg::F32(p.scale),
+        u(nsplit)?,
+        u(cap)?,
+    ];
+    match window {
+        Some(w) => {
+            let groups = (t * (nh / nkv)).div_ceil(NC_QUERIES);
+            args.extend([u(w)?, u(t)?]);
+            launch(
+                be,
+                "attention",
+                &format!("attn_nc_hd{hdl}"),
+                [nsplit as u32, nkv as u32, grid_dim(groups)?],
+                NC_THREADS,
+                &args,
+            )?;
+        }
+        None => {
+            // causal = 1, window = 0 (tree attention is causal over the context)
+            args.extend([Arg::U32(1), Arg::U32(0), Arg::P(mask), u(t)?]);
+            launch(
+                be,
+                "attention",
+                &format!("attn_hd{hdl}"),
+                [nsplit as u32, grid_dim(nh)?, grid_dim(t)?],
+                128,
+                &args,
+            )?;
+        }
+    }
+    if nsplit > 1 {
+        launch(
+            be,
+            "attention",
+            "attn_combine",
+            [grid_dim(nh)?, grid_dim(t)?, 1],
+            128,
+            &[
+                Arg::P(part_o),
+                Arg::P(part_ml),
+                Arg::P(out),
+                u(nh)?,
+                u(hd)?,
+                u(nsplit)?,
+            ],
+        )?;
+    }
+    Ok(())
+}
