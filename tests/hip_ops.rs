@@ -762,6 +762,21 @@ fn gated_delta_net_register_and_generic_paths() {
 }
 
 /// Attention over caches of `cap` rows; `window` Some(w) for the non-causal variant.
+/// Attention parameters with the usual 1/sqrt(head_dim) scale and `cap`-row K/V cache decls.
+fn attn_case(nh: usize, nkv: usize, hd: usize, cap: usize) -> (AttnParams, [StateDecl; 2]) {
+    let p = AttnParams {
+        n_heads: nh,
+        n_kv_heads: nkv,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    let decls = [
+        StateDecl::new("kc", &[cap, nkv, hd]),
+        StateDecl::new("vc", &[cap, nkv, hd]),
+    ];
+    (p, decls)
+}
+
 fn attention_graph(p: AttnParams, t: usize, cap: usize, window: Option<usize>) -> Graph {
     let mut b = GraphBuilder::new();
     let q = b
@@ -806,16 +821,7 @@ fn attn_inputs(
 fn attention_prefill_decode_and_long_context() {
     let cap = 1500;
     for (nh, nkv, hd) in [(4, 2, 64), (6, 2, 40), (2, 1, 256), (3, 3, 17)] {
-        let p = AttnParams {
-            n_heads: nh,
-            n_kv_heads: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-        };
-        let decls = [
-            StateDecl::new("kc", &[cap, nkv, hd]),
-            StateDecl::new("vc", &[cap, nkv, hd]),
-        ];
+        let (p, decls) = attn_case(nh, nkv, hd, cap);
         let Some(mut pair) = Pair::new("attention", &WeightStore::default(), &decls) else {
             return;
         };
@@ -891,16 +897,7 @@ fn non_causal_attention_blocks_over_context() {
         (3, 3, 17, 5),
         (4, 1, 256, 9),
     ] {
-        let p = AttnParams {
-            n_heads: nh,
-            n_kv_heads: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-        };
-        let decls = [
-            StateDecl::new("kc", &[cap, nkv, hd]),
-            StateDecl::new("vc", &[cap, nkv, hd]),
-        ];
+        let (p, decls) = attn_case(nh, nkv, hd, cap);
         let Some(mut pair) = Pair::new("attention_nc", &WeightStore::default(), &decls) else {
             return;
         };
