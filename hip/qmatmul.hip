@@ -47,6 +47,7 @@ DEV void ld32_a2(const u8* p, u32* w) {
 
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
     static constexpr u32 QK = 32, QB = 34, UMAX = 4;
+    static constexpr bool NOMIN = true;
     DEV void deq(const u8* blk, u32, QItem& it) {
         it.s0 = it.s1 = load_f16(blk);
         it.m = 0.0f;
@@ -58,6 +59,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // UMAX: U = 2 and 4 measured no faster on the H200 (r1u2/r2u2 with iq4_words: 9.0-9.3 ms
     // against 8.8 ms a step).
     static constexpr u32 QK = 256, QB = 136, UMAX = 1;
+    static constexpr bool NOMIN = true;
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         float s0, s1;
         FIQ4_XS::scales(blk, ib, s0, s1, it.m);  // the 8-byte header as one load
@@ -73,6 +75,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 144, UMAX = 4;
+    static constexpr bool NOMIN = false;
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -91,6 +94,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 176, UMAX = 2;  // 16 words per item
+    static constexpr bool NOMIN = false;
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -114,6 +118,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
     static constexpr u32 QK = 256, QB = 210, UMAX = 2;  // 18 words per item
+    static constexpr bool NOMIN = true;
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
@@ -168,7 +173,10 @@ constexpr u32 qgemv_unroll(u32 nt, u32 r, u32 umax) {
 }
 
 // One decoded 32-value item of R weight rows against NT activation rows (block s of each row).
-template <u32 NT, u32 R>
+// NOMIN: the type has no block minimum (m = 0), so `+ m · xs` is skipped and XS is not read. That
+// leaves every bit unchanged: the term is ±0, which changes e only from -0 to +0, and the sum
+// acc + e is the same for both (acc starts at +0 and is never -0); hip/qmma.hip relies on the same.
+template <u32 NT, u32 R, bool NOMIN>
 DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float* __restrict__ XD,
                     const float* __restrict__ XS, const u32 (&xrow)[NT], u32 nb, u32 s, float (&acc)[R][NT]) {
 #pragma unroll
@@ -176,7 +184,7 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
         const u64 xb = (u64)xrow[t] * nb + s;
         const u32x4 a = *(const u32x4*)(XQ + xb * 32);
         const u32x4 b = *(const u32x4*)(XQ + xb * 32 + 16);
-        const float xd = XD[xb], xs = XS[xb];
+        const float xd = XD[xb], xs = NOMIN ? 0.0f : XS[xb];
 #pragma unroll
         for (u32 r = 0; r < R; ++r) {
             i32 s0 = dot4_i8(it[r].w[0], a.x, 0);
@@ -187,7 +195,8 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
             s1 = dot4_i8(it[r].w[5], b.y, s1);
             s1 = dot4_i8(it[r].w[6], b.z, s1);
             s1 = dot4_i8(it[r].w[7], b.w, s1);
-            acc[r][t] += xd * (it[r].s0 * (float)s0 + it[r].s1 * (float)s1) + it[r].m * xs;
+            const float e = xd * (it[r].s0 * (float)s0 + it[r].s1 * (float)s1);
+            acc[r][t] += NOMIN ? e : e + it[r].m * xs;
         }
     }
 }
@@ -236,13 +245,13 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 for (u32 r = 0; r < R; ++r)
                     Q::deq(wrow[r] + (u64)((s + u * WARP) / IPB) * Q::QB, (s + u * WARP) % IPB, it[u][r]);
 #pragma unroll
-            for (u32 u = 0; u < U; ++u) qgemv_item<NT, R>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
+            for (u32 u = 0; u < U; ++u) qgemv_item<NT, R, Q::NOMIN>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
         }
         for (; s < nb; s += WARP) {
             QItem it[R];
 #pragma unroll
             for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + (u64)(s / IPB) * Q::QB, s % IPB, it[r]);
-            qgemv_item<NT, R>(it, XQ, XD, XS, xrow, nb, s, acc);
+            qgemv_item<NT, R, Q::NOMIN>(it, XQ, XD, XS, xrow, nb, s, acc);
         }
 #pragma unroll
         for (u32 r = 0; r < RO; ++r)

@@ -195,7 +195,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             ),
             None => (
                 "qmatmul",
-                match be.q1_variant(n, true) {
+                match be.q1_variant(n, true, m) {
                     Some((_, u)) => format!("qgemv_glu_{suffix}_1u{u}"),
                     None => format!("qgemv_glu_{suffix}_{nt}"),
                 },
@@ -223,6 +223,12 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             ],
         );
     }
+    // The weight rows of the whole group, which decide the 1-row variant (grid fill).
+    let total_rows: usize = grp
+        .members
+        .iter()
+        .map(|&i| g.tensor(g.nodes[i].inputs[1]).shape[0])
+        .sum();
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
         Some(t) => (
             "qmma",
@@ -230,7 +236,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             u64::from(kernels::QMMA_ROWS),
             kernels::qmma_threads(t),
         ),
-        None => match be.q1_variant(n, false) {
+        None => match be.q1_variant(n, false, total_rows) {
             Some((r, u)) => (
                 "qmatmul",
                 format!("qgemv4_{suffix}_1r{r}u{u}"),

@@ -183,6 +183,10 @@ pub struct HipBackend {
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
     q1_glu: Option<(u32, u32)>,
+    /// The 1-row variant for projections of at most `q1_small_m` weight rows (a whole launch's
+    /// rows), which fill less than a wave with the default tile (`DELTASPEC_HIP_Q1_SMALL`).
+    q1_small: Option<(u32, u32)>,
+    q1_small_m: usize,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -269,6 +273,15 @@ impl HipBackend {
             q1_glu: std::env::var("DELTASPEC_HIP_Q1_GLU")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
+            // r2u2 up to 12288 rows measured 8.52 ms a 27B IQ4_XS step on the H200 against
+            // 8.68 with the default tile everywhere (r1u1 8.65, r1u2 8.63, r4u1 8.91); `off`
+            // (any name that is not a variant) turns it off.
+            q1_small: std::env::var("DELTASPEC_HIP_Q1_SMALL")
+                .map_or(Some((2, 2)), |v| kernels::parse_q1(&v)),
+            q1_small_m: std::env::var("DELTASPEC_HIP_Q1_SMALL_M")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(12288),
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -391,12 +404,19 @@ impl HipBackend {
     }
 
     /// The 1-row int8 GEMV variant `(rows per warp, items in flight)` for `n` input rows, for
-    /// a gate/up pair (`glu`) or plain/grouped projections, where one is chosen and exists here.
-    fn q1_variant(&self, n: usize, glu: bool) -> Option<(u32, u32)> {
+    /// a gate/up pair (`glu`) or plain/grouped projections of `m` weight rows in all, where one
+    /// is chosen and exists here. Every variant accumulates in the same order (bit-identical).
+    fn q1_variant(&self, n: usize, glu: bool, m: usize) -> Option<(u32, u32)> {
         if n != 1 || self.drv.api() != Api::Cuda {
             return None;
         }
-        if glu { self.q1_glu } else { self.q1_plain }
+        if glu {
+            return self.q1_glu;
+        }
+        match self.q1_small {
+            Some(v) if m <= self.q1_small_m => Some(v),
+            _ => self.q1_plain,
+        }
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
