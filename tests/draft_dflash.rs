@@ -136,6 +136,7 @@ fn features(t: &Qwen35, d: &DFlash, ctx: &[u32]) -> Vec<f32> {
         logits: LogitRows::Last,
         argmax: false,
         capture: d.cfg.target_layer_ids.clone(),
+        read_logits: true,
     };
     let step = s.forward(ctx, &opts).unwrap();
     context_features(d, t, &step, ctx.len()).unwrap()

@@ -109,6 +109,7 @@ fn draft_logits(t: &Qwen35, d: &DFlash, tokens: &[u32]) -> Vec<f32> {
         logits: LogitRows::Last,
         argmax: false,
         capture: d.cfg.target_layer_ids.clone(),
+        read_logits: true,
     };
     let step = s.forward(&tokens[..n - 1], &opts).unwrap();
     let f = context_features(d, t, &step, n - 1).unwrap();

@@ -46,6 +46,7 @@ fn drafts_from_half_features_stay_close_to_f32() {
                 logits: LogitRows::Last,
                 argmax: false,
                 capture: d.cfg.target_layer_ids.clone(),
+                read_logits: true,
             };
             let step = s.forward(&ctx[..24], &opts).unwrap();
             context_features(&d, &t, &step, 24).unwrap()

@@ -248,11 +248,13 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
         logits: LogitRows::Last,
         argmax: true,
         capture: vec![],
+        read_logits: true,
     };
     let all = GraphOptions {
         logits: LogitRows::All,
         argmax: true,
         capture: vec![],
+        read_logits: true,
     };
     // Decode steps from an empty context, then a 3-row verify-width step.
     let mut tok = 3u32;

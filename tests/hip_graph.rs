@@ -286,11 +286,13 @@ fn tiny_model_decode_and_verify_replay_bit_for_bit() {
         logits: LogitRows::Last,
         argmax: true,
         capture: vec![],
+        read_logits: true,
     };
     let all = GraphOptions {
         logits: LogitRows::All,
         argmax: true,
         capture: vec![],
+        read_logits: true,
     };
     // Each backend walks the same token sequence (the CPU's greedy choices), recording logits.
     let walk = |be: &mut dyn Backend| -> Vec<Vec<f32>> {

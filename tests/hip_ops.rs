@@ -1099,6 +1099,7 @@ fn tiny_model(int8: bool, tol: f64) {
         logits: LogitRows::All,
         argmax: true,
         capture: vec![1, 3],
+        read_logits: true,
     };
     let prompt: Vec<u32> = vec![3, 141, 59, 265, 35, 89, 7];
     let (c, h) = (
@@ -1132,6 +1133,7 @@ fn tiny_model(int8: bool, tol: f64) {
         logits: LogitRows::Last,
         argmax: true,
         capture: vec![],
+        read_logits: true,
     };
     let mut tok = c.argmax[c.argmax.len() - 1];
     for step in 0..4 {

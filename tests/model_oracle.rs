@@ -53,6 +53,7 @@ fn run(m: &Qwen35, ids: &[u32], decode_from: Option<usize>) -> (Vec<f32>, Vec<(u
         logits: LogitRows::All,
         argmax: false,
         capture: (0..m.cfg.n_layers).collect(),
+        read_logits: true,
     };
     let first = s.forward(&ids[..k], &opts).unwrap();
     let mut logits = first.logits;

@@ -73,3 +73,56 @@ fn chunked_prefill_and_decode_path_leave_the_same_state() {
         }
     }
 }
+
+/// A greedy step that reads back only the argmax gets the argmax of the logits it did not read,
+/// and a step with neither (a rollback replay, no lm_head) leaves the same state.
+#[test]
+fn argmax_only_and_headless_steps_match_the_full_step() {
+    let m = Qwen35::load(&fixtures().join("models/tiny-a")).unwrap();
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 53 % 256) as u32).collect();
+    let full = GraphOptions {
+        argmax: true,
+        ..all_rows()
+    };
+    let argmax_only = GraphOptions {
+        read_logits: false,
+        ..full.clone()
+    };
+    let headless = GraphOptions {
+        argmax: false,
+        read_logits: false,
+        ..full.clone()
+    };
+    let mut be = [
+        backend::create("cpu").unwrap(),
+        backend::create("cpu").unwrap(),
+        backend::create("cpu").unwrap(),
+    ];
+    let [a, b, c] = &mut be;
+    let mut sa = Session::new(&m, a.as_mut(), 16).unwrap();
+    let mut sb = Session::new(&m, b.as_mut(), 16).unwrap();
+    let mut sc = Session::new(&m, c.as_mut(), 16).unwrap();
+    let fa = sa.forward(&prompt, &full).unwrap();
+    let fb = sb.forward(&prompt, &argmax_only).unwrap();
+    let fc = sc.forward(&prompt, &headless).unwrap();
+    assert_eq!(fa.logits.len(), prompt.len() * m.cfg.vocab);
+    assert!(fb.logits.is_empty() && fc.logits.is_empty() && fc.argmax.is_empty());
+    assert_eq!(fa.argmax, fb.argmax);
+    let best =
+        |row: &[f32]| (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32;
+    let want: Vec<u32> = fa.logits.chunks(m.cfg.vocab).map(best).collect();
+    assert_eq!(fa.argmax, want);
+    for n in state_names(&m) {
+        let sa_n = sa.read_state(&n).unwrap();
+        assert_eq!(
+            sa_n,
+            sb.read_state(&n).unwrap(),
+            "{n} after the argmax-only step"
+        );
+        assert_eq!(
+            sa_n,
+            sc.read_state(&n).unwrap(),
+            "{n} after the headless step"
+        );
+    }
+}

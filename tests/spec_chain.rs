@@ -276,6 +276,7 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
                 logits: LogitRows::Last,
                 argmax: true,
                 capture: layers.clone(),
+                read_logits: true,
             };
             let out = r2.forward(&all, &opts).unwrap();
             assert_eq!(out.argmax[0], cont[k + 1]);

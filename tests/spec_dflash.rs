@@ -172,6 +172,7 @@ fn forward_features(s: &mut Session<'_>, d: &dyn Drafter, tokens: &[u32]) -> Fea
         logits: LogitRows::Last,
         argmax: false,
         capture: layers.clone(),
+        read_logits: true,
     };
     let out = s.forward(tokens, &opts).unwrap();
     Features::from_step(

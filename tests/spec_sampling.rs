@@ -36,6 +36,7 @@ fn next_dist(m: &Qwen35, tokens: &[u32]) -> Vec<f32> {
         logits: LogitRows::Last,
         argmax: false,
         capture: Vec::new(),
+        read_logits: true,
     };
     SAMPLING.probs(&s.forward(tokens, &opts).unwrap().logits)
 }

@@ -49,6 +49,7 @@ fn all_logits() -> GraphOptions {
         logits: LogitRows::All,
         argmax: true,
         capture: Vec::new(),
+        read_logits: true,
     }
 }
 

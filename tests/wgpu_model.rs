@@ -84,6 +84,7 @@ fn compare_ctx(
         logits: LogitRows::Last,
         argmax: true,
         capture: Vec::new(),
+        read_logits: true,
     };
     let mut tok = argmax(&want.logits[(prompt.len() - 1) * vocab..]) as u32;
     for step in 0..steps {
@@ -226,6 +227,7 @@ fn decode_step_dispatch_count() {
         logits: LogitRows::Last,
         argmax: true,
         capture: Vec::new(),
+        read_logits: true,
     };
     let g = m.step_graph(1, 64, &opts).unwrap();
     let count = |no_fusion: bool| count_with(&g, no_fusion, false, false);

@@ -102,6 +102,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
         logits: LogitRows::Last,
         argmax: true,
         capture: Vec::new(),
+        read_logits: false, // as greedy decoding
     };
     // Warm-up: compiles the step graph and touches every weight once.
     let mut tok = s.forward(&vec![1; a.rows], &opts)?.argmax[0];

@@ -85,6 +85,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         logits: LogitRows::All,
         argmax: true,
         capture: layers.clone(),
+        read_logits: false, // as a greedy verify
     };
     let block = vec![1u32; bsz];
     s.forward(&block, &opts)?; // warm-up: compiles the graph, touches the weights

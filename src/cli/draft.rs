@@ -51,6 +51,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             logits: LogitRows::Last,
             argmax: false,
             capture: drafter.cfg.target_layer_ids.clone(),
+            read_logits: true,
         };
         let mut s = Session::new(&target, be.as_mut(), n_ctx)?;
         let step = s.forward(context, &opts)?;

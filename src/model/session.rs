@@ -385,6 +385,7 @@ impl<'a> Session<'a> {
             logits: LogitRows::Last,
             argmax: true,
             capture: Vec::new(),
+            read_logits: false,
         };
         let mut out = Vec::with_capacity(n);
         if prompt.is_empty() || n == 0 {

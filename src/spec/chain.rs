@@ -73,6 +73,7 @@ fn replay_opts() -> GraphOptions {
         logits: LogitRows::Last,
         argmax: false,
         capture: Vec::new(),
+        read_logits: false,
     }
 }
 
@@ -344,6 +345,8 @@ pub fn chain_round_with(
         logits: LogitRows::All,
         argmax: true,
         capture: layers.clone(),
+        // Greedy acceptance reads only the argmax.
+        read_logits: matches!(accept, Accept::Sample { .. }),
     };
     let out = rollback.verify(s, &rows, &opts)?;
     let t3 = Instant::now();

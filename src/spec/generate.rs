@@ -155,11 +155,14 @@ impl SpecOutput {
     }
 }
 
-fn capture_opts(layers: &[usize], logits: LogitRows) -> GraphOptions {
+/// Options of a step whose features feed the drafter; the logits are read back only to
+/// sample from them (`sampling`), greedy steps read the argmax.
+fn capture_opts(layers: &[usize], logits: LogitRows, sampling: bool) -> GraphOptions {
     GraphOptions {
         logits,
         argmax: true,
         capture: layers.to_vec(),
+        read_logits: sampling,
     }
 }
 
@@ -199,7 +202,7 @@ fn prefill_with(
     drafter.reset(&mut env(s))?;
     let layers = drafter.feature_layers();
     let width = s.model().cfg.hidden;
-    let opts = capture_opts(&layers, LogitRows::Last);
+    let opts = capture_opts(&layers, LogitRows::Last, sampler.is_some());
     let mut last = 0;
     for piece in prompt.chunks(chunk.max(1)) {
         let start = s.pos();
@@ -228,7 +231,10 @@ fn plain_step(
     let width = s.model().cfg.hidden;
     let start = s.pos();
     let t0 = Instant::now();
-    let out = s.forward(&[root], &capture_opts(layers, LogitRows::Last))?;
+    let out = s.forward(
+        &[root],
+        &capture_opts(layers, LogitRows::Last, sampler.is_some()),
+    )?;
     let t1 = Instant::now();
     let next = pick(&out, sampler);
     let f = Features::from_step(out.hidden, layers, start, 1, width)?;

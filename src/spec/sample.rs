@@ -178,6 +178,7 @@ pub fn generate_sampled(
         logits: LogitRows::Last,
         argmax: false,
         capture: Vec::new(),
+        read_logits: true,
     };
     let mut out = Vec::with_capacity(n);
     if prompt.is_empty() || n == 0 {

@@ -184,6 +184,8 @@ pub fn tree_round(
         logits: LogitRows::All,
         argmax: true,
         capture: layers.clone(),
+        // Tree acceptance is greedy: it reads only the argmax.
+        read_logits: false,
     };
     let out = s.forward_tree(&tree.tokens, &tree.parents, &opts)?;
     let t2 = Instant::now();

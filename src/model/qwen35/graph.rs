@@ -22,6 +22,11 @@ pub struct GraphOptions {
     pub argmax: bool,
     /// Layers whose output (the residual stream after the layer) is captured as `hidden.{i}`.
     pub capture: Vec<usize>,
+    /// Whether the logits are an output the caller reads back. Greedy steps need only the
+    /// argmax: a 16-row verify would otherwise copy 16 × vocab floats to the host each round.
+    /// With neither logits nor argmax the step skips the output norm and the lm_head (a
+    /// rollback replay needs only the states it writes).
+    pub read_logits: bool,
 }
 
 impl Default for GraphOptions {
@@ -30,6 +35,7 @@ impl Default for GraphOptions {
             logits: LogitRows::All,
             argmax: false,
             capture: Vec::new(),
+            read_logits: true,
         }
     }
 }
@@ -261,12 +267,17 @@ impl Qwen35 {
                 cx.b.output(&format!("hidden.{i}"), resid)?;
             }
         }
+        if !opts.read_logits && !opts.argmax {
+            return Ok(cx.b.build());
+        }
         let head_in = match opts.logits {
             LogitRows::All => normed,
             LogitRows::Last => cx.b.rows(normed, t - 1, 1)?,
         };
         let logits = cx.lin(head_in, names::OUTPUT)?;
-        cx.b.output("logits", logits)?;
+        if opts.read_logits {
+            cx.b.output("logits", logits)?;
+        }
         if opts.argmax {
             let am = cx.b.argmax(logits)?;
             cx.b.output("argmax", am)?;
