@@ -354,7 +354,8 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
     // over the block's warps: part of one round of 32 items, where some warps have no items, and
     // one round plus a part); Q8_0 also K = 416, 13 items, where a warp's run of consecutive
     // items is cut short (the tail path). Inputs at every tile (8, 16, 32 rows per block; 33
-    // loops over a second group) and not a multiple of 8.
+    // loops over a second group) and not a multiple of 8, down to 2 rows (the 8-row tile with
+    // the matrix-core kernel's fewest rows lowered, as `DELTASPEC_HIP_QMMA_MIN_ROWS` does).
     let m = 77;
     for &dtype in INT8_TYPES {
         let tail = (dtype == DType::Q8_0).then_some(416);
@@ -365,6 +366,7 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
                 return;
             };
             g.set_int8_matmul(true);
+            g.set_qmma_min_rows(2);
             let wid = g.upload_weights(&w).unwrap();
             let sid = g.alloc_states(&[]).unwrap();
             let x = rng.vec_normal(33 * k, 1.0);
@@ -380,7 +382,7 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             };
             let want = run(33, false, false);
             // Two chunks of items per warp step (the default), and one (`u1`) at 8 and 16 rows.
-            let cases = [5, 13, 16, 17, 33].map(|n| (n, false));
+            let cases = [2, 4, 5, 13, 16, 17, 33].map(|n| (n, false));
             for (n, one) in cases.into_iter().chain([(5, true), (16, true)]) {
                 let got = run(n, true, one);
                 if let Some(i) = (0..n * m).find(|&i| got[i].to_bits() != want[i].to_bits()) {

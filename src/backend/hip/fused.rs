@@ -70,22 +70,22 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
     let found = fuse::find(g, &lim);
     for grp in found.groups {
         // Members share dtype, K and the input, so the first decides for all.
-        let Some((_, n, ..)) = int8_matmul(be, g, grp.members[0]) else {
+        let Some((suffix, n, ..)) = int8_matmul(be, g, grp.members[0]) else {
             continue;
         };
         let nt = kernels::qgemv_tile(n);
         // Where the unfused GEMV is a wide variant (and not the matrix-core kernel), a tile in
         // `unfused_wide_tiles` stays unfused (see the module docs).
         if be.unfused_wide_tiles.contains(&nt)
-            && be.qmma_tile(n).is_none()
+            && be.qmma_tile(n, suffix).is_none()
             && lower::qgemv_wide(be, nt).is_some()
         {
             continue;
         }
         // The gate/up kernels: the matrix-core one at its widths (unless turned off, when those
         // keep the SwiGlu launch), else the dp4a one up to its largest tile.
-        let glu = match be.qmma_tile(n) {
-            Some(_) => be.qmma_glu_tile(n).is_some(),
+        let glu = match be.qmma_tile(n, suffix) {
+            Some(_) => be.qmma_glu_tile(n, suffix).is_some(),
             None => nt <= kernels::QGEMV_GLU_MAX_TILE,
         };
         let swiglu = grp.swiglu.filter(|_| glu);
@@ -186,7 +186,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
         let up = &g.nodes[grp.members[1]];
         let m = g.tensor(first.inputs[1]).shape[0];
         // (source, kernel, output columns per block, threads); both take the same arguments.
-        let (source, name, cols, threads) = match be.qmma_glu_tile(n) {
+        let (source, name, cols, threads) = match be.qmma_glu_tile(n, suffix) {
             Some(t) => (
                 "qmma",
                 be.qmma_kernel("qmma_glu", suffix, t),
@@ -229,7 +229,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
         .iter()
         .map(|&i| g.tensor(g.nodes[i].inputs[1]).shape[0])
         .sum();
-    let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
+    let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
         Some(t) => (
             "qmma",
             be.qmma_kernel("qmma4", suffix, t),

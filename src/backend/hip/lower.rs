@@ -858,7 +858,7 @@ pub(super) fn qgemv(
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
     // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
-    let (source, name, rows_per_block, threads) = match be.qmma_tile(n) {
+    let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
         Some(nt) => (
             "qmma",
             be.qmma_kernel("qmma", suffix, nt),

@@ -179,6 +179,13 @@ pub struct HipBackend {
     /// Suffix of the `qmma*` kernels: "" (two chunks of items per warp step, the default) or
     /// "u1" (one; `DELTASPEC_HIP_QMMA_UNROLL=1`, for A/B runs). Both give the same bits.
     qmma_sfx: &'static str,
+    /// Fewest input rows that take the matrix-core kernel (5 by default: the dp4a kernel's
+    /// 8-row tile and up; `DELTASPEC_HIP_QMMA_MIN_ROWS=2..5` for A/B runs of the 2-4 row
+    /// GEMVs, e.g. a drafter's context rows). Results are bit-identical either way.
+    qmma_min_rows: usize,
+    /// Weight types kept on the dp4a kernel at every width (`DELTASPEC_HIP_QMMA_SKIP=q6_k,...`;
+    /// empty by default), for A/B runs of one type, e.g. a Q6_K lm_head at 7 drafter rows.
+    qmma_skip: Vec<String>,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
@@ -192,6 +199,8 @@ pub struct HipBackend {
 }
 
 const ALIGN: usize = 256;
+/// Default fewest input rows of the matrix-core int8 GEMV (see `HipBackend::qmma_min_rows`).
+const QMMA_MIN_ROWS: usize = 5;
 
 fn align_up(v: usize) -> usize {
     v.div_ceil(ALIGN) * ALIGN
@@ -267,6 +276,13 @@ impl HipBackend {
                 Ok("1") => "u1",
                 _ => "",
             },
+            qmma_min_rows: std::env::var("DELTASPEC_HIP_QMMA_MIN_ROWS")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .map_or(QMMA_MIN_ROWS, |v| v.clamp(2, QMMA_MIN_ROWS)),
+            qmma_skip: std::env::var("DELTASPEC_HIP_QMMA_SKIP")
+                .map(|v| v.split(',').map(|t| t.trim().to_string()).collect())
+                .unwrap_or_default(),
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -366,7 +382,7 @@ impl HipBackend {
     /// Whether verify-width int8 matmuls run on the matrix-core kernels here (NVIDIA, with
     /// [`HipBackend::set_qgemv_mma`] on).
     pub fn matrix_cores(&self) -> bool {
-        self.qmma_tile(16).is_some()
+        self.qgemv_mma && self.drv.api() == Api::Cuda
     }
 
     /// The matrix-core kernels with one chunk of items per warp step (`u1`) instead of two;
@@ -383,10 +399,23 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
-    /// The `qmma_*` tile for `n` input rows, where that kernel is on and exists here.
-    fn qmma_tile(&self, n: usize) -> Option<u32> {
-        if self.qgemv_mma && self.drv.api() == Api::Cuda {
-            kernels::qmma_tile(n)
+    /// Fewest input rows that take the matrix-core int8 GEMV (clamped to 2..=5; 5 is the
+    /// default); results are bit-identical either way.
+    pub fn set_qmma_min_rows(&mut self, rows: usize) {
+        self.qmma_min_rows = rows.clamp(2, QMMA_MIN_ROWS);
+        self.drop_graphs(|_| true);
+    }
+
+    /// The `qmma_*` tile for `n` input rows of `suffix` weights, where that kernel is on and
+    /// exists here. Below 5 rows (only with `qmma_min_rows` lowered) the 8-row tile runs, its
+    /// missing rows repeating the last one.
+    fn qmma_tile(&self, n: usize, suffix: &str) -> Option<u32> {
+        if self.qgemv_mma
+            && self.drv.api() == Api::Cuda
+            && n >= self.qmma_min_rows
+            && !self.qmma_skip.iter().any(|t| t == suffix)
+        {
+            kernels::qmma_tile(n.max(QMMA_MIN_ROWS))
         } else {
             None
         }
@@ -399,8 +428,10 @@ impl HipBackend {
     }
 
     /// The `qmma_glu_*` tile for a gate/up pair over `n` input rows, where that kernel is on.
-    fn qmma_glu_tile(&self, n: usize) -> Option<u32> {
-        self.qmma_tile(n).filter(|_| self.qmma_glu)
+    /// Below 5 rows (`qmma_min_rows` lowered) the pair keeps `qmma4_*` plus the SwiGLU launch.
+    fn qmma_glu_tile(&self, n: usize, suffix: &str) -> Option<u32> {
+        self.qmma_tile(n, suffix)
+            .filter(|_| self.qmma_glu && n >= QMMA_MIN_ROWS)
     }
 
     /// The 1-row int8 GEMV variant `(rows per warp, items in flight)` for `n` input rows, for
