@@ -204,7 +204,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         for _ in 0..a.warmup {
             run_spec(&mut s, &fresh, d.as_mut(), &prompt, &cfg)?;
         }
+        // DELTASPEC_PROFILE=1: where the timed spec run's device time goes (target and drafter
+        // graphs together), per spec step.
+        crate::backend::profile::reset();
         let sp = run_spec(&mut s, &fresh, d.as_mut(), &prompt, &cfg)?;
+        crate::backend::profile::report(sp.steps.len().max(1) as f64);
         Ok((ar, sp, d.name(), d.report()))
     })();
     s.release(fresh)?;

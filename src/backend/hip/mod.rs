@@ -183,9 +183,10 @@ pub struct HipBackend {
     /// 8-row tile and up; `DELTASPEC_HIP_QMMA_MIN_ROWS=2..5` for A/B runs of the 2-4 row
     /// GEMVs, e.g. a drafter's context rows). Results are bit-identical either way.
     qmma_min_rows: usize,
-    /// Weight types kept on the dp4a kernel at every width (`DELTASPEC_HIP_QMMA_SKIP=q6_k,...`;
-    /// empty by default), for A/B runs of one type, e.g. a Q6_K lm_head at 7 drafter rows.
-    qmma_skip: Vec<String>,
+    /// Weight types kept on the dp4a kernel at every width (`DELTASPEC_HIP_QMMA_SKIP=q6_k,...`,
+    /// `none` for no type), for A/B runs of one type; unset: Q8_0 up to 8 rows (see
+    /// `qmma_tile`).
+    qmma_skip: Option<Vec<String>>,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
@@ -281,8 +282,8 @@ impl HipBackend {
                 .and_then(|v| v.parse::<usize>().ok())
                 .map_or(QMMA_MIN_ROWS, |v| v.clamp(2, QMMA_MIN_ROWS)),
             qmma_skip: std::env::var("DELTASPEC_HIP_QMMA_SKIP")
-                .map(|v| v.split(',').map(|t| t.trim().to_string()).collect())
-                .unwrap_or_default(),
+                .ok()
+                .map(|v| v.split(',').map(|t| t.trim().to_string()).collect()),
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -399,6 +400,13 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
+    /// Weight types kept on the dp4a kernel at every width (`None`: the default rule, Q8_0
+    /// up to 8 rows); results are bit-identical either way.
+    pub fn set_qmma_skip(&mut self, types: Option<Vec<String>>) {
+        self.qmma_skip = types;
+        self.drop_graphs(|_| true);
+    }
+
     /// Fewest input rows that take the matrix-core int8 GEMV (clamped to 2..=5; 5 is the
     /// default); results are bit-identical either way.
     pub fn set_qmma_min_rows(&mut self, rows: usize) {
@@ -410,11 +418,15 @@ impl HipBackend {
     /// exists here. Below 5 rows (only with `qmma_min_rows` lowered) the 8-row tile runs, its
     /// missing rows repeating the last one.
     fn qmma_tile(&self, n: usize, suffix: &str) -> Option<u32> {
-        if self.qgemv_mma
-            && self.drv.api() == Api::Cuda
-            && n >= self.qmma_min_rows
-            && !self.qmma_skip.iter().any(|t| t == suffix)
-        {
+        // Q8_0 needs no weight decode, so at 8 rows and fewer the dp4a kernel does less work
+        // than the matrix-core tile's float combine: on the H200 the 5-layer Q8_0 drafters'
+        // step (8-row block, 4-row context appends) took 4.63 ms against 5.43 (DFlash2) and
+        // 4.74 against 5.15 (DSpark) with Q8_0 on dp4a.
+        let skip = match &self.qmma_skip {
+            Some(types) => types.iter().any(|t| t == suffix),
+            None => suffix == "q8_0" && n <= 8,
+        };
+        if self.qgemv_mma && self.drv.api() == Api::Cuda && n >= self.qmma_min_rows && !skip {
             kernels::qmma_tile(n.max(QMMA_MIN_ROWS))
         } else {
             None
