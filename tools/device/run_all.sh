@@ -103,16 +103,19 @@ fi
 if want spec; then
     for mode in chain tree adaptive; do
         step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
-            --spec "$mode" --replay-profile code -n 64 --tree-budget 16
+            --spec "$mode" --replay-profile code -n 128 --tree-budget 16
     done
     step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
-        --spec adaptive --replay-profile prose -n 64
+        --spec adaptive --replay-profile prose -n 128
     for prof in code:chain prose:adaptive; do
         step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
-            --spec "${prof#*:}" --replay-profile "${prof%:*}" -n 64
+            --spec "${prof#*:}" --replay-profile "${prof%:*}" -n 128
     done
+    # 128 tokens: a short run's few spec steps would carry the compile of a late verify shape.
     step 150 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend wgpu \
-        --spec chain --replay-profile code -n 48
+        --spec chain --replay-profile code -n 128
+    step 150 env DELTASPEC_PROFILE=1 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" \
+        --backend wgpu --spec chain --replay-profile code -n 64
 fi
 
 if want q8; then
