@@ -416,21 +416,21 @@ impl Drafter for DFlashDrafter {
                 out.logits.len()
             )));
         }
-        Ok(out
+        let rows: Vec<(&[f32], u32)> = out
             .logits
             .chunks_exact(vocab)
             .take(n)
-            .zip(&out.tokens)
-            .map(|(row, &tok)| {
-                let mut c = super::top_logprobs(row, k.max(1));
-                // The chain's token leads (equal to the argmax but for exact ties).
-                if let Some(i) = c.iter().position(|(t, _)| *t == tok) {
-                    let e = c.remove(i);
-                    c.insert(0, e);
-                }
-                c
-            })
-            .collect())
+            .zip(out.tokens.iter().copied())
+            .collect();
+        Ok(super::par_rows(&rows, |&(row, tok)| {
+            let mut c = super::top_logprobs(row, k.max(1));
+            // The chain's token leads (equal to the argmax but for exact ties).
+            if let Some(i) = c.iter().position(|(t, _)| *t == tok) {
+                let e = c.remove(i);
+                c.insert(0, e);
+            }
+            c
+        }))
     }
 }
 
