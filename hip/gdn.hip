@@ -11,6 +11,12 @@
 // columns in registers (one state read and one write per call); the generic variant (any dk up
 // to 512, COLS = 32) works in global memory.
 //
+// The register variants issue every load a token needs (q, k, v, b, a) at once, and the next
+// token's while the current one computes, so a token costs no memory round trip after the
+// first. (Loading q and k in a dk-strided loop, then v, b and a after the barrier, cost about
+// five dependent round trips per token: 8.7 µs per decode call on the H200.) Their arithmetic
+// is the generic variant's, in the same order.
+//
 // TREE (graph op GatedDeltaNetTree): extra inputs parent [T] and tokens [R, nv, dk, dv]. Row t
 // starts from its parent's state (kept in registers when the parent is row t - 1, else
 // reloaded from tokens[parent], or from the state for parent < 0) and its updated state goes to
@@ -48,7 +54,114 @@ DEV void gdn_load_qk(const float* __restrict__ qkv, u32 t, u32 kh, const GdnArgs
     sync_block();
 }
 
-// DK != 0: the state rows of a column are split over SPLIT lanes (R = DK / SPLIT rows each,
+// One token's inputs for this lane of the register variants: q and k values i = lane + 32 m of
+// key head kh, v of column j (0 for inactive columns), b and a of head h.
+template <u32 DK>
+struct GdnTok {
+    float q[DK / WARP], k[DK / WARP], v, b, a;
+};
+
+template <u32 DK>
+DEV GdnTok<DK> gdn_tok(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a, u32 t,
+                       u32 h, u32 kh, u32 j, bool active, const GdnArgs& p) {
+    const u32 key_dim = p.nk * DK, conv_dim = 2 * key_dim + p.nv * p.dv;
+    const float* q = qkv + (u64)t * conv_dim + (u64)kh * DK;
+    GdnTok<DK> x;
+#pragma unroll
+    for (u32 m = 0; m < DK / WARP; ++m) {
+        x.q[m] = q[lane_id() + m * WARP];
+        x.k[m] = q[key_dim + lane_id() + m * WARP];
+    }
+    x.v = active ? qkv[(u64)t * conv_dim + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
+    x.b = b[(u64)t * p.nv + h];
+    x.a = a[(u64)t * p.nv + h];
+    return x;
+}
+
+// The register variants' step (the tree kernels run gdn below, whose per-row state stores
+// leave no registers for a prefetch on AMD): the state rows of a column are split over SPLIT lanes (R = DK / SPLIT
+// rows each, in registers); lane = part * COLS + column, so the parts of a column are COLS lanes
+// apart and their partial sums combine with xor shuffles.
+template <u32 DK, u32 SPLIT>
+DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
+                  const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, float* __restrict__ state,
+                  float* __restrict__ out, const GdnArgs& p) {
+    constexpr u32 COLS = WARP / SPLIT;
+    constexpr u32 R = DK / SPLIT;
+    constexpr u32 M = DK / WARP;
+    // Two buffers: token t writes qn[t % 2] while a lane may still read token t - 1's; the one
+    // barrier per token orders both.
+    __shared__ float qn[2][DK];
+    __shared__ float kn[2][DK];
+    const u32 h = bid_x();
+    const u32 lane = lane_id();
+    const u32 part = lane / COLS;
+    const u32 j = bid_y() * COLS + lane % COLS;
+    const bool active = j < p.dv;
+    const u32 kh = p.tiled ? h % p.nk : h / (p.nv / p.nk);
+    const u64 col = (u64)h * DK * p.dv + j;
+    float* S = state + col;                  // column j: S[i * dv]
+    const u32 i0 = part * R;                 // first state row of this lane
+    const float sa = ssm_a[h], dtb = dt_bias[h];
+    float s[R];
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
+    // Token t + 1's inputs load while token t computes.
+    GdnTok<DK> cur = gdn_tok<DK>(qkv, b, a, 0, h, kh, j, active, p);
+    for (u32 t = 0; t < p.T; ++t) {
+        const GdnTok<DK> x = cur;
+        if (t + 1 < p.T) cur = gdn_tok<DK>(qkv, b, a, t + 1, h, kh, j, active, p);
+        // q, k L2 norms: per lane in increasing i, then over the warp (the generic order).
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            sq += x.q[m] * x.q[m];
+            sk += x.k[m] * x.k[m];
+        }
+#pragma unroll
+        for (u32 m = 16; m > 0; m >>= 1) {
+            sq += shfl_xor(sq, m);
+            sk += shfl_xor(sk, m);
+        }
+        const float rq = 1.0f / ds_sqrt(sq + p.l2_eps), rk = 1.0f / ds_sqrt(sk + p.l2_eps);
+        float* qb = qn[t % 2];
+        float* kb = kn[t % 2];
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            qb[lane + m * WARP] = (x.q[m] * rq) * p.q_scale;
+            kb[lane + m * WARP] = x.k[m] * rk;
+        }
+        const float beta = ds_sigmoid(x.b);
+        const float g = sa * ds_softplus(x.a + dtb);
+        const float decay = ds_expf(g);
+        sync_block();
+        // All lanes run the shuffles; inactive columns hold zeros.
+        float kv = 0.0f;
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) {
+            s[i] *= decay;
+            kv += s[i] * kb[i0 + i];
+        }
+#pragma unroll
+        for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
+        const float d = (x.v - kv) * beta;
+        float o = 0.0f;
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) {
+            s[i] += kb[i0 + i] * d;
+            o += s[i] * qb[i0 + i];
+        }
+#pragma unroll
+        for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
+        if (active && part == 0) out[((u64)t * p.nv + h) * p.dv + j] = o;
+    }
+    if (active) {
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) S[(u64)(i0 + i) * p.dv] = s[i];
+    }
+}
+
+// The tree kernels and the generic step. DK != 0: the state rows of a column are split over SPLIT lanes (R = DK / SPLIT rows each,
 // in registers); lane = part * COLS + column, so the parts of a column are COLS lanes apart and
 // their partial sums combine with xor shuffles. DK == 0: one lane per column, state in memory.
 template <u32 DK, u32 SPLIT, bool TREE>
@@ -150,13 +263,23 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
     }
 }
 
+// The step kernels: gdn_regs for DK != 0, else the generic gdn.
+template <u32 DK, u32 SPLIT>
+DEV void gdn_step(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias,
+                  float* state, float* out, const GdnArgs& p) {
+    if constexpr (DK != 0)
+        gdn_regs<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);
+    else
+        gdn<DK, SPLIT, false>(qkv, b, a, ssm_a, dt_bias, state, out, nullptr, nullptr, p);
+}
+
 #define DS_GDN(name, DK, SPLIT)                                                                      \
     KERNEL(GDN_THREADS)                                                                              \
     name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
          float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
          float q_scale) {                                                                            \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
-        gdn<DK, SPLIT, false>(qkv, b, a, ssm_a, dt_bias, state, out, nullptr, nullptr, p);           \
+        gdn_step<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                               \
     }                                                                                                \
     KERNEL(GDN_THREADS)                                                                              \
     name##_tree(const float* qkv, const float* b, const float* a, const float* ssm_a,                \

@@ -1,4 +1,4 @@
-// Normalisations over the last dimension, one block per row:
+// Normalisations over the last dimension:
 //   rms_norm       y = (x · r) · w,              r = 1 / sqrt(mean(x²) + eps)
 //   add_rms_norm   s = x + res; y = rms_norm(s)  (two outputs)
 //   gated_rms_norm y = ((x · r) · w) · silu(z)   per group of D
@@ -6,33 +6,205 @@
 // Products in the CPU reference's order (normalise, then weight, then gate).
 //
 // The `_q8` variants also write y as int8 activations for the qgemv kernels (hip/q8act.h), which
-// saves the separate quantize_q8 launch before every projection. They need D % 32 == 0: each
-// warp then holds one whole 32-value quantization block per pass of the output loop.
+// saves the separate quantize_q8 launch before every projection. They need D % 32 == 0.
+//
+// Three forms, picked from D alone (so a row's bits never depend on the number of rows):
+//  - D % 4 == 0 and D <= NORM_WARP_MAX: one warp per row (the host launches WARP-thread blocks,
+//    one per row; no barrier);
+//  - D % 4 == 0 and D <= NORM_BLOCK_MAX: one NORM_THREADS block per row;
+//  - otherwise a strided loop over the row (one NORM_THREADS block per row).
+// In the register forms thread t of a row holds the float4 chunks c = t + k · TPR (k < NP) of
+// x and of every other operand (w, res, z), all loaded before the first reduction, so a row
+// costs one memory round trip. A quantization block (32 values) is then 8 consecutive chunks,
+// held by 8 consecutive lanes: its max and sum take 3 shuffles each, and the NP passes'
+// reductions are interleaved level by level. (The previous form had one lane per value: 20
+// serial blocks per warp of 2 × 5 shuffles each at D = 5120, and w was read after the norm's
+// reduction, a second round trip: 9.7 µs per add_rms_norm_q8 on the H200.)
+// The host side of the form choice is `norm_threads` in src/backend/hip/lower.rs.
 #include "q8act.h"
 
 constexpr u32 NORM_THREADS = 256;
-// Values per thread held in registers: rows of up to NORM_THREADS · NORM_NV values are read once,
-// with every load of a thread issued before the first use. (A strided loop that re-reads the
-// row waited one memory round trip per 256 values: ~20 µs for a 5120-wide row on the H200.)
-// Wider rows take the loop. Both forms add the same values in the same order, bit for bit.
-constexpr u32 NORM_NV = 32;
+constexpr u32 NORM_NP = 8;  // most float4 passes per thread in the register forms
+constexpr u32 NORM_WARP_MAX = WARP * 4 * NORM_NP;
+constexpr u32 NORM_BLOCK_MAX = NORM_THREADS * 4 * NORM_NP;
 
-// Loads this thread's values i = tid + j · NORM_THREADS (j < NORM_NV, zero past D) of f(i), and
-// returns their sum of squares accumulated in increasing i (the loop form's order: the extra
-// terms are +0.0f).
-template <class F>
-DEV float norm_load(F f, u32 D, float (&v)[NORM_NV]) {
-#pragma unroll
-    for (u32 j = 0; j < NORM_NV; ++j) {
-        const u32 i = tid_x() + j * NORM_THREADS;
-        v[j] = i < D ? f(i) : 0.0f;
-    }
+DEV bool norm_warp_form(u32 D) { return D % 4 == 0 && D <= NORM_WARP_MAX; }
+DEV bool norm_block_form(u32 D) { return D % 4 == 0 && D > NORM_WARP_MAX && D <= NORM_BLOCK_MAX; }
+
+DEV f32x4 ld4(const float* __restrict__ p, u64 chunk) { return ((const f32x4*)p)[chunk]; }
+DEV void st4(float* __restrict__ p, u64 chunk, f32x4 v) { ((f32x4*)p)[chunk] = v; }
+DEV f32x4 zero4() { return f32x4{0.0f, 0.0f, 0.0f, 0.0f}; }
+DEV f32x4 add4(f32x4 a, f32x4 b) { return f32x4{a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
+DEV f32x4 mul4(f32x4 a, f32x4 b) { return f32x4{a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w}; }
+DEV f32x4 scale4(f32x4 a, float s) { return f32x4{a.x * s, a.y * s, a.z * s, a.w * s}; }
+
+// One row of a register form: thread t of tpr, chunks per row nc = D / 4, first chunk base.
+struct NormRow {
+    u32 t, tpr, nc;
+    u64 base;
+};
+template <u32 TPR>
+DEV NormRow norm_row(u32 D) {
+    return NormRow{TPR == WARP ? lane_id() : tid_x(), TPR, D / 4, (u64)bid_x() * (D / 4)};
+}
+// Pass k's chunk of this thread within the row, and whether the row has it.
+DEV u32 nr_chunk(const NormRow& nr, u32 k) { return nr.t + k * nr.tpr; }
+DEV bool nr_has(const NormRow& nr, u32 k) { return nr_chunk(nr, k) < nr.nc; }
+
+// r = 1 / sqrt(mean + eps) from this thread's chunks (sum of squares in increasing index per
+// thread, then over the warp, then over the block's warps in order).
+template <u32 TPR, u32 NP>
+DEV float norm_r(const f32x4 (&v)[NP], u32 D, float eps) {
     float ss = 0.0f;
 #pragma unroll
-    for (u32 j = 0; j < NORM_NV; ++j) ss += v[j] * v[j];
-    return ss;
+    for (u32 k = 0; k < NP; ++k) {
+        ss += v[k].x * v[k].x;
+        ss += v[k].y * v[k].y;
+        ss += v[k].z * v[k].z;
+        ss += v[k].w * v[k].w;
+    }
+    if constexpr (TPR == WARP) {
+        ss = warp_sum(ss);
+    } else {
+        __shared__ float buf[NORM_THREADS / WARP];
+        ss = block_sum<NORM_THREADS>(ss, buf);
+    }
+    return 1.0f / ds_sqrt(ss / (float)D + eps);
 }
 
+DEV float q8_round(float v, float id) { return __builtin_roundf(v * id); }
+DEV u32 q8_byte(float q) { return (u32)(u8)(i8)(i32)q; }
+
+// Stores the outputs o (chunks of NormRow) to y and, with Q8, their int8 quantization: the
+// float operations of q8_store_block (hip/q8act.h) on the same values. The max is exact in any
+// order and the sum adds integers of at most 32 · 127, exact in f32, so the bits match
+// quantize_q8's. Needs D % 32 == 0 for Q8 (whole quantization blocks per 8-lane group).
+template <u32 TPR, u32 NP, bool Q8>
+DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict__ y, i8* __restrict__ XQ,
+                     float* __restrict__ XD, float* __restrict__ XS) {
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k)
+        if (nr_has(nr, k)) st4(y, nr.base + nr_chunk(nr, k), o[k]);
+    if constexpr (Q8) {
+        float am[NP], qs[NP], d[NP];
+#pragma unroll
+        for (u32 k = 0; k < NP; ++k)
+            am[k] = __builtin_fmaxf(__builtin_fmaxf(__builtin_fabsf(o[k].x), __builtin_fabsf(o[k].y)),
+                                    __builtin_fmaxf(__builtin_fabsf(o[k].z), __builtin_fabsf(o[k].w)));
+#pragma unroll
+        for (u32 m = 1; m < 8; m <<= 1)
+#pragma unroll
+            for (u32 k = 0; k < NP; ++k) am[k] = __builtin_fmaxf(am[k], shfl_xor(am[k], m));
+#pragma unroll
+        for (u32 k = 0; k < NP; ++k) {
+            d[k] = am[k] / 127.0f;
+            const float id = d[k] != 0.0f ? 1.0f / d[k] : 0.0f;
+            const float q0 = q8_round(o[k].x, id), q1 = q8_round(o[k].y, id);
+            const float q2 = q8_round(o[k].z, id), q3 = q8_round(o[k].w, id);
+            const u64 c = nr.base + nr_chunk(nr, k);  // global chunk: values 4c .. 4c + 3
+            if (nr_has(nr, k))
+                ((u32*)XQ)[c] = q8_byte(q0) | q8_byte(q1) << 8 | q8_byte(q2) << 16 | q8_byte(q3) << 24;
+            qs[k] = ((q0 + q1) + q2) + q3;
+        }
+#pragma unroll
+        for (u32 m = 1; m < 8; m <<= 1)
+#pragma unroll
+            for (u32 k = 0; k < NP; ++k) qs[k] += shfl_xor(qs[k], m);
+#pragma unroll
+        for (u32 k = 0; k < NP; ++k) {
+            const u64 c = nr.base + nr_chunk(nr, k);
+            if (nr_has(nr, k) && lane_id() % 8 == 0) {
+                XD[c / 8] = d[k];
+                XS[c / 8] = d[k] * qs[k];
+            }
+        }
+    }
+}
+
+template <u32 TPR, u32 NP, bool Q8>
+DEV void rms_norm_regs(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
+                       float* XD, float* XS, u32 D, float eps) {
+    const NormRow nr = norm_row<TPR>(D);
+    f32x4 v[NP], wv[NP], o[NP];
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const bool h = nr_has(nr, k);
+        v[k] = h ? ld4(x, nr.base + nr_chunk(nr, k)) : zero4();
+        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
+    }
+    const float r = norm_r<TPR, NP>(v, D, eps);
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) o[k] = mul4(scale4(v[k], r), wv[k]);
+    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
+}
+
+template <u32 TPR, u32 NP, bool Q8>
+DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D,
+                           float eps) {
+    const NormRow nr = norm_row<TPR>(D);
+    f32x4 v[NP], wv[NP], o[NP];
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const bool h = nr_has(nr, k);
+        const u64 c = nr.base + nr_chunk(nr, k);
+        v[k] = h ? add4(ld4(x, c), ld4(res, c)) : zero4();
+        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
+    }
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k)
+        if (nr_has(nr, k)) st4(sum, nr.base + nr_chunk(nr, k), v[k]);
+    const float r = norm_r<TPR, NP>(v, D, eps);
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) o[k] = mul4(scale4(v[k], r), wv[k]);
+    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
+}
+
+template <u32 TPR, u32 NP, bool Q8>
+DEV void gated_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
+                             float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+    const NormRow nr = norm_row<TPR>(D);
+    f32x4 v[NP], wv[NP], zv[NP], o[NP];
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const bool h = nr_has(nr, k);
+        const u64 c = nr.base + nr_chunk(nr, k);
+        v[k] = h ? ld4(x, c) : zero4();
+        zv[k] = h ? ld4(z, c) : zero4();
+        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
+    }
+    const float r = norm_r<TPR, NP>(v, D, eps);
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const f32x4 g{ds_silu(zv[k].x), ds_silu(zv[k].y), ds_silu(zv[k].z), ds_silu(zv[k].w)};
+        o[k] = mul4(mul4(scale4(v[k], r), wv[k]), g);
+    }
+    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
+}
+
+// Runs BODY<TPR, NP, Q8>(args...) for the register form of D, with NP the fewest of 1, 2, 4, 8
+// passes that cover the row; returns false for the loop form.
+#define NORM_REGS(BODY, Q8, ...)                                          \
+    do {                                                                  \
+        if (norm_warp_form(D) || norm_block_form(D)) {                    \
+            const bool wf = norm_warp_form(D);                            \
+            const u32 tpr = wf ? WARP : NORM_THREADS;                     \
+            const u32 np = (D / 4 + tpr - 1) / tpr;                       \
+            if (wf) {                                                     \
+                if (np <= 1) BODY<WARP, 1, Q8>(__VA_ARGS__);              \
+                else if (np <= 2) BODY<WARP, 2, Q8>(__VA_ARGS__);         \
+                else if (np <= 4) BODY<WARP, 4, Q8>(__VA_ARGS__);         \
+                else BODY<WARP, 8, Q8>(__VA_ARGS__);                      \
+            } else {                                                      \
+                if (np <= 2) BODY<NORM_THREADS, 2, Q8>(__VA_ARGS__);      \
+                else if (np <= 4) BODY<NORM_THREADS, 4, Q8>(__VA_ARGS__); \
+                else BODY<NORM_THREADS, 8, Q8>(__VA_ARGS__);              \
+            }                                                             \
+            return;                                                       \
+        }                                                                 \
+    } while (0)
+
+// The loop form (odd or very wide rows): one NORM_THREADS block per row, strided.
 // Stores y[row + i] and, with Q8, its quantization block (the whole warp calls this together).
 template <bool Q8>
 DEV void norm_out(float v, u64 at, float* __restrict__ y, i8* XQ, float* XD, float* XS) {
@@ -40,30 +212,12 @@ DEV void norm_out(float v, u64 at, float* __restrict__ y, i8* XQ, float* XD, flo
     if (Q8) q8_store_block(v, at / 32, XQ, XD, XS);
 }
 
-// Writes this thread's outputs norm(v[j] · r, i) of the values norm_load gave it (i < D).
-template <bool Q8, class F>
-DEV void norm_store(const float (&v)[NORM_NV], float r, u32 D, u64 row, F norm, float* __restrict__ y, i8* XQ,
-                    float* XD, float* XS) {
-#pragma unroll
-    for (u32 j = 0; j < NORM_NV; ++j) {
-        const u32 i = tid_x() + j * NORM_THREADS;
-        if (i < D) norm_out<Q8>(norm(v[j] * r, i), row + i, y, XQ, XD, XS);
-    }
-}
-
 template <bool Q8>
 DEV void rms_norm_impl(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
                        float* XD, float* XS, u32 D, float eps) {
+    NORM_REGS(rms_norm_regs, Q8, x, w, y, XQ, XD, XS, D, eps);
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
-    if (D <= NORM_THREADS * NORM_NV) {
-        float v[NORM_NV];
-        float ss = norm_load([&](u32 i) { return x[row + i]; }, D, v);
-        ss = block_sum<NORM_THREADS>(ss, buf);
-        const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-        norm_store<Q8>(v, r, D, row, [&](float n, u32 i) { return n * w[i]; }, y, XQ, XD, XS);
-        return;
-    }
     float ss = 0.0f;
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) ss += x[row + i] * x[row + i];
     ss = block_sum<NORM_THREADS>(ss, buf);
@@ -75,21 +229,9 @@ template <bool Q8>
 DEV void add_rms_norm_impl(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
                            float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D,
                            float eps) {
+    NORM_REGS(add_rms_norm_regs, Q8, x, res, w, sum, y, XQ, XD, XS, D, eps);
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
-    if (D <= NORM_THREADS * NORM_NV) {
-        float v[NORM_NV];
-        float ss = norm_load([&](u32 i) { return x[row + i] + res[row + i]; }, D, v);
-#pragma unroll
-        for (u32 j = 0; j < NORM_NV; ++j) {
-            const u32 i = tid_x() + j * NORM_THREADS;
-            if (i < D) sum[row + i] = v[j];
-        }
-        ss = block_sum<NORM_THREADS>(ss, buf);
-        const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-        norm_store<Q8>(v, r, D, row, [&](float n, u32 i) { return n * w[i]; }, y, XQ, XD, XS);
-        return;
-    }
     float ss = 0.0f;
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) {
         const float s = x[row + i] + res[row + i];
@@ -105,17 +247,9 @@ DEV void add_rms_norm_impl(const float* __restrict__ x, const float* __restrict_
 template <bool Q8>
 DEV void gated_rms_norm_impl(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
                              float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+    NORM_REGS(gated_rms_norm_regs, Q8, x, z, w, y, XQ, XD, XS, D, eps);
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
-    if (D <= NORM_THREADS * NORM_NV) {
-        float v[NORM_NV];
-        float ss = norm_load([&](u32 i) { return x[row + i]; }, D, v);
-        ss = block_sum<NORM_THREADS>(ss, buf);
-        const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-        norm_store<Q8>(
-            v, r, D, row, [&](float n, u32 i) { return (n * w[i]) * ds_silu(z[row + i]); }, y, XQ, XD, XS);
-        return;
-    }
     float ss = 0.0f;
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) ss += x[row + i] * x[row + i];
     ss = block_sum<NORM_THREADS>(ss, buf);

@@ -324,15 +324,20 @@ fn wide_tiles_can_stay_unfused() {
 fn norms_feeding_int8_matmuls_quantize_their_own_output() {
     for &dtype in &[DType::Q8_0, DType::Iq4Xs] {
         // Q8_0: 10 quantization blocks per row; IQ4_XS needs K % 256. Heads of 64 (2 blocks).
-        let k = if dtype == DType::Iq4Xs { 512 } else { 320 };
-        let heads = k / 64;
+        // 1280: the one-block-per-row form of the norm kernels (the others: one warp per row).
+        let ks = if dtype == DType::Iq4Xs {
+            [512, 1280]
+        } else {
+            [320, 1280]
+        };
         let (Some(mut on), Some(mut off)) = (gpu("norm_q8", true), gpu("norm_q8", false)) else {
             return;
         };
         on.set_norm_q8(true);
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
-        for n in [1, 3, 16] {
-            let mut rng = Rng::new(77 + n as u64);
+        for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 16].map(|n| (k, n))) {
+            let heads = k / 64;
+            let mut rng = Rng::new(77 + n as u64 + k as u64);
             let mut b = GraphBuilder::new();
             let x = b.input("x", DType::F32, &[n, k]).unwrap();
             let r = b.input("r", DType::F32, &[n, k]).unwrap();
@@ -371,7 +376,7 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                 ("r", HostData::F32(rng.vec_normal(n * k, 1.0))),
                 ("z", HostData::F32(rng.vec_normal(n * k, 1.0))),
             ];
-            let what = format!("{dtype} n={n}");
+            let what = format!("{dtype} k={k} n={n}");
             let (fused, l_on) = run(&mut on, &|| c_on.get(), &g, &w, &inputs);
             let (plain, l_off) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
             assert_same_bits(&format!("{what}: fused vs unfused"), &fused, &plain);

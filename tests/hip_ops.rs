@@ -530,62 +530,74 @@ fn elementwise_ops() {
 fn norms_with_f32_and_quantized_weights() {
     let mut rng = Rng::new(11);
     for wt in [DType::F32, DType::F16, DType::BF16] {
+        // Row lengths for each kernel form (hip/norm.hip): odd (strided loop), D % 4 == 0 up to
+        // 1024 (one warp per row, 1 or several passes), and wider (one block per row, with a
+        // partly filled last pass).
         let w = store(vec![
             ("w333", weight(&mut rng, wt, &[333], 1.0)),
             ("w257", weight(&mut rng, wt, &[257], 1.0)),
             ("w48", weight(&mut rng, wt, &[48], 1.0)),
+            ("w1040", weight(&mut rng, wt, &[1040], 1.0)),
+            ("w2064", weight(&mut rng, wt, &[2064], 1.0)),
+            ("w300", weight(&mut rng, wt, &[300], 1.0)),
         ]);
         let Some(mut p) = Pair::new("norms", &w, &[]) else {
             return;
         };
         // rms_norm
-        let mut b = GraphBuilder::new();
-        let x = b.input("x", DType::F32, &[5, 333]).unwrap();
-        let wi = b.weight("w333", wt, &[333]).unwrap();
-        let y = b.rms_norm(x, wi, 1e-6).unwrap();
-        b.output("y", y).unwrap();
-        p.check(
-            &format!("rms_norm w {wt}"),
-            &b.build(),
-            &[("x", HostData::F32(rng.vec_normal(5 * 333, 2.0)))],
-            F32_TOL,
-            &[],
-        );
+        for (rows, d) in [(5, 333), (3, 1040), (4, 300)] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[rows, d]).unwrap();
+            let wi = b.weight(&format!("w{d}"), wt, &[d]).unwrap();
+            let y = b.rms_norm(x, wi, 1e-6).unwrap();
+            b.output("y", y).unwrap();
+            p.check(
+                &format!("rms_norm d={d} w {wt}"),
+                &b.build(),
+                &[("x", HostData::F32(rng.vec_normal(rows * d, 2.0)))],
+                F32_TOL,
+                &[],
+            );
+        }
         // add_rms_norm (two outputs)
-        let mut b = GraphBuilder::new();
-        let x = b.input("x", DType::F32, &[4, 257]).unwrap();
-        let r = b.input("r", DType::F32, &[4, 257]).unwrap();
-        let wi = b.weight("w257", wt, &[257]).unwrap();
-        let (s, y) = b.add_rms_norm(x, r, wi, 1e-6).unwrap();
-        b.output("sum", s).unwrap();
-        b.output("y", y).unwrap();
-        p.check(
-            &format!("add_rms_norm w {wt}"),
-            &b.build(),
-            &[
-                ("x", HostData::F32(rng.vec_normal(4 * 257, 1.0))),
-                ("r", HostData::F32(rng.vec_normal(4 * 257, 1.0))),
-            ],
-            F32_TOL,
-            &[],
-        );
-        // gated_rms_norm over groups of 48
-        let mut b = GraphBuilder::new();
-        let x = b.input("x", DType::F32, &[3, 5, 48]).unwrap();
-        let z = b.input("z", DType::F32, &[3, 240]).unwrap();
-        let wi = b.weight("w48", wt, &[48]).unwrap();
-        let y = b.gated_rms_norm(x, z, wi, 1e-6).unwrap();
-        b.output("y", y).unwrap();
-        p.check(
-            &format!("gated_rms_norm w {wt}"),
-            &b.build(),
-            &[
-                ("x", HostData::F32(rng.vec_normal(720, 1.0))),
-                ("z", HostData::F32(rng.vec_normal(720, 3.0))),
-            ],
-            F32_TOL,
-            &[],
-        );
+        for (rows, d) in [(4, 257), (2, 2064), (3, 300)] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[rows, d]).unwrap();
+            let r = b.input("r", DType::F32, &[rows, d]).unwrap();
+            let wi = b.weight(&format!("w{d}"), wt, &[d]).unwrap();
+            let (s, y) = b.add_rms_norm(x, r, wi, 1e-6).unwrap();
+            b.output("sum", s).unwrap();
+            b.output("y", y).unwrap();
+            p.check(
+                &format!("add_rms_norm d={d} w {wt}"),
+                &b.build(),
+                &[
+                    ("x", HostData::F32(rng.vec_normal(rows * d, 1.0))),
+                    ("r", HostData::F32(rng.vec_normal(rows * d, 1.0))),
+                ],
+                F32_TOL,
+                &[],
+            );
+        }
+        // gated_rms_norm over groups of 48 (warp form) and 1040 (block form)
+        for (groups, d) in [(5, 48), (2, 1040)] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[3, groups, d]).unwrap();
+            let z = b.input("z", DType::F32, &[3, groups * d]).unwrap();
+            let wi = b.weight(&format!("w{d}"), wt, &[d]).unwrap();
+            let y = b.gated_rms_norm(x, z, wi, 1e-6).unwrap();
+            b.output("y", y).unwrap();
+            p.check(
+                &format!("gated_rms_norm d={d} w {wt}"),
+                &b.build(),
+                &[
+                    ("x", HostData::F32(rng.vec_normal(3 * groups * d, 1.0))),
+                    ("z", HostData::F32(rng.vec_normal(3 * groups * d, 3.0))),
+                ],
+                F32_TOL,
+                &[],
+            );
+        }
     }
     let Some(mut p) = Pair::new("l2_norm", &WeightStore::default(), &[]) else {
         return;

@@ -58,6 +58,17 @@ pub(super) fn launch(
         .map_err(|e| be.dev_err(format!("{name}: {e}")))
 }
 
+/// Threads per block of the rms-norm kernels over rows of `d` values, one row per block:
+/// `hip/norm.hip` picks its form from `d` by the same rule (`norm_warp_form`): one warp per
+/// row for `d % 4 == 0 && d <= 1024`, else a 256-thread block.
+pub(super) fn norm_threads(d: usize) -> u32 {
+    if d.is_multiple_of(4) && d <= 1024 {
+        32
+    } else {
+        256
+    }
+}
+
 pub(super) fn blocks(n: u64, per: u64) -> u32 {
     n.div_ceil(per).min(u64::from(u32::MAX)) as u32
 }
@@ -444,7 +455,7 @@ pub(super) fn node(
                 "norm",
                 "rms_norm",
                 [blocks(x.rows() as u64, 1), 1, 1],
-                256,
+                norm_threads(d),
                 &[p_in(0), p_f32(1), p_out(0), u32_of(d)?, Arg::F32(*eps)],
             )
         }
@@ -456,7 +467,7 @@ pub(super) fn node(
                 "norm",
                 "add_rms_norm",
                 [blocks(x.rows() as u64, 1), 1, 1],
-                256,
+                norm_threads(d),
                 &[
                     p_in(0),
                     p_in(1),
@@ -476,7 +487,7 @@ pub(super) fn node(
                 "norm",
                 "gated_rms_norm",
                 [blocks((x.numel() / d) as u64, 1), 1, 1],
-                256,
+                norm_threads(d),
                 &[
                     p_in(0),
                     p_in(1),
@@ -1004,7 +1015,14 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
         u32_arg(be, &node.op, d)?,
         Arg::F32(eps),
     ]);
-    launch(be, "norm", name, [blocks(rows, 1), 1, 1], 256, &args)?;
+    launch(
+        be,
+        "norm",
+        name,
+        [blocks(rows, 1), 1, 1],
+        norm_threads(d),
+        &args,
+    )?;
     be.quantized.set(Some(g.storage_root(y)));
     Ok(())
 }
