@@ -6,10 +6,48 @@
 
 constexpr u32 CONV_THREADS = 128;
 
+// K = 4 (the models' kernel width): the window slides through registers, and the inputs load
+// CONV_ROWS rows at a time, each batch's loads issued together (with the weights and state on
+// the first), so a call costs about one memory round trip per CONV_ROWS rows. (The generic loop
+// below loads inside its dependent loops.) Same products and sums in the same order.
+constexpr u32 CONV_ROWS = 8;
+
+DEV void conv_step_k4(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ state,
+                      float* __restrict__ y, u32 T, u32 C, u32 c) {
+    const float w0 = w[(u64)c * 4], w1 = w[(u64)c * 4 + 1], w2 = w[(u64)c * 4 + 2], w3 = w[(u64)c * 4 + 3];
+    float h0 = state[c], h1 = state[(u64)C + c], h2 = state[2 * (u64)C + c];  // oldest first
+    for (u32 t0 = 0; t0 < T; t0 += CONV_ROWS) {
+        float xr[CONV_ROWS];
+#pragma unroll
+        for (u32 r = 0; r < CONV_ROWS; ++r) xr[r] = t0 + r < T ? x[(u64)(t0 + r) * C + c] : 0.0f;
+#pragma unroll
+        for (u32 r = 0; r < CONV_ROWS; ++r) {
+            if (t0 + r < T) {
+                float acc = 0.0f;
+                acc += w0 * h0;
+                acc += w1 * h1;
+                acc += w2 * h2;
+                acc += w3 * xr[r];
+                y[(u64)(t0 + r) * C + c] = ds_silu(acc);
+                h0 = h1;
+                h1 = h2;
+                h2 = xr[r];
+            }
+        }
+    }
+    state[c] = h0;
+    state[(u64)C + c] = h1;
+    state[2 * (u64)C + c] = h2;
+}
+
 KERNEL(CONV_THREADS) conv_step(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ state,
                                float* __restrict__ y, u32 T, u32 C, u32 K) {
     const u32 c = bid_x() * CONV_THREADS + tid_x();
     if (c >= C) return;
+    if (K == 4) {
+        conv_step_k4(x, w, state, y, T, C, c);
+        return;
+    }
     const u32 H = K - 1;  // history rows
     // xin(i) = row i of (state ++ x) for channel c.
     auto xin = [&](u32 i) -> float { return i < H ? state[(u64)i * C + c] : x[(u64)(i - H) * C + c]; };

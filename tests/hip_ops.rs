@@ -689,26 +689,29 @@ fn rope_partial_and_full() {
 
 #[test]
 fn conv_step_over_split_calls() {
-    let (c, k) = (67, 4);
-    let mut rng = Rng::new(19);
-    let w = store(vec![("w", weight(&mut rng, DType::F32, &[c, k], 0.5))]);
-    let Some(mut p) = Pair::new("conv_step", &w, &[StateDecl::new("st", &[k - 1, c])]) else {
-        return;
-    };
-    for t in [5, 1, 2, 1] {
-        let mut b = GraphBuilder::new();
-        let x = b.input("x", DType::F32, &[t, c]).unwrap();
-        let wi = b.weight("w", DType::F32, &[c, k]).unwrap();
-        let st = b.state("st", &[k - 1, c]).unwrap();
-        let y = b.conv_step(x, wi, st).unwrap();
-        b.output("y", y).unwrap();
-        p.check(
-            &format!("conv_step t={t}"),
-            &b.build(),
-            &[("x", HostData::F32(rng.vec_normal(t * c, 1.0)))],
-            F32_TOL,
-            &["st"],
-        );
+    // k = 4: the kernel's register path (rows in batches of 8, so t = 11 takes two); k = 3:
+    // the generic loop.
+    for (c, k) in [(67, 4), (67, 3)] {
+        let mut rng = Rng::new(19 + k as u64);
+        let w = store(vec![("w", weight(&mut rng, DType::F32, &[c, k], 0.5))]);
+        let Some(mut p) = Pair::new("conv_step", &w, &[StateDecl::new("st", &[k - 1, c])]) else {
+            return;
+        };
+        for t in [5, 1, 2, 1, 11] {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[t, c]).unwrap();
+            let wi = b.weight("w", DType::F32, &[c, k]).unwrap();
+            let st = b.state("st", &[k - 1, c]).unwrap();
+            let y = b.conv_step(x, wi, st).unwrap();
+            b.output("y", y).unwrap();
+            p.check(
+                &format!("conv_step k={k} t={t}"),
+                &b.build(),
+                &[("x", HostData::F32(rng.vec_normal(t * c, 1.0)))],
+                F32_TOL,
+                &["st"],
+            );
+        }
     }
 }
 
