@@ -12,6 +12,12 @@
 // Q8 (REG, V4, D % 32 == 0, not L2): the kernel also writes y quantized for the int8 GEMV
 // (XQ, XD: the layout and rounding of quantize.wgsl, through the same q8block functions),
 // replacing the quantize dispatch that would read y back.
+// PART (REG): NV workgroups per row (decode widths, where one workgroup per row leaves the
+// GPU idle and one SM moves the whole row in and out): each reads the row's x (and res) and
+// sums its squares exactly as the one-workgroup form does, so r is the same bits in every
+// part, then loads the weights of, and writes (S, Y, XQ, XD), only its slot j = part of the
+// row (vectors j·WG .. j·WG + WG − 1): per SM half the traffic, five SMs at once for D = 5120.
+// A row's outputs do not depend on the form (the form may follow the row count).
 // Constants: WG (power of two), NV (REG). Params: 0 rows, 1 D, 2 eps (f32), 3 scale (f32),
 // 4 grid x.
 
@@ -130,7 +136,13 @@ fn main(
     @builtin(num_subgroups) n_sg: u32,
 //#endif
 ) {
-    let row = wid.x + wid.y * pu(4u);
+    let g = wid.x + wid.y * pu(4u);
+//#if PART
+    let row = g / NV;
+    let part = g % NV;
+//#else
+    let row = g;
+//#endif
     let live = row < pu(0u);
     let d = pu(1u);
     let dv = d / VW;
@@ -141,6 +153,12 @@ fn main(
 //#unroll j NV
     let i%{j} = tid + %{j}u * WG;
     let on%{j} = live && i%{j} < dv;
+//#if PART
+    // This workgroup's slot: its weights, gates and outputs.
+    let own%{j} = on%{j} && part == %{j}u;
+//#else
+    let own%{j} = on%{j};
+//#endif
     var v%{j} = T(0.0);
 //#if !L2
     var w%{j} = T(0.0);
@@ -150,6 +168,8 @@ fn main(
 //#endif
     if on%{j} {
         v%{j} = load(base + i%{j});
+    }
+    if own%{j} {
 //#if !L2
         w%{j} = wv(i%{j});
 //#endif
@@ -160,11 +180,13 @@ fn main(
 //#end
 //#unroll j NV
     if on%{j} {
-//#if ADD
-        S[base + i%{j}] = v%{j};
-//#endif
         ss += sq(v%{j});
     }
+//#if ADD
+    if own%{j} {
+        S[base + i%{j}] = v%{j};
+    }
+//#endif
 //#end
 //#if SG
     let r = rscale(total_of(ss, tid, sg_lane, sg_id, n_sg), d);
@@ -181,7 +203,7 @@ fn main(
     let y%{j} = (v%{j} * r) * w%{j};
 //#endif
 //#endif
-    if on%{j} {
+    if own%{j} {
         Y[base + i%{j}] = y%{j};
     }
 //#if Q8
@@ -197,13 +219,13 @@ fn main(
     let dq%{j} = q8_scale(s%{j});
     let q%{j} = q8_round(y%{j}, dq%{j}.y);
     q8_put_sum(s%{j}, q%{j});
-    if on%{j} {
+    if own%{j} {
         XQ[base + i%{j}] = pack4xI8(vec4<i32>(q%{j}));
     }
 //#end
     workgroupBarrier();
 //#unroll j NV
-    if on%{j} && (tid & 7u) == 0u {
+    if own%{j} && (tid & 7u) == 0u {
         XD[(base + i%{j}) / 8u] = vec2<f32>(dq%{j}.x, dq%{j}.x * q8_sum(s%{j}));
     }
 //#end

@@ -390,3 +390,50 @@ fn norm_q8_matches_norm_then_quantize() {
         }
     }
 }
+
+/// add_rms_norm (+ its int8 quantization) → an IQ4_XS projection over the first `n` of the
+/// rows `x`, `r` (width `d`); the weights come first from the same seed in every case.
+fn norm_rows_case(x: &[f32], r: &[f32], n: usize, d: usize) -> Case {
+    let mut b = B::new(77);
+    let w = b.weight("w", DType::F32, &[d], 0.2, 1.0);
+    let wp = b.weight("p", DType::Iq4Xs, &[24, d], 0.5, 0.0);
+    let xi = b.input_f32("x", &[n, d], x[..n * d].to_vec());
+    let ri = b.input_f32("r", &[n, d], r[..n * d].to_vec());
+    let (s, y) = b.b.add_rms_norm(xi, ri, w, 1e-6).unwrap();
+    let p = b.b.matmul(y, wp).unwrap();
+    b.out("sum", s);
+    b.out("y", y);
+    b.out("p", p);
+    b.case()
+}
+
+#[test]
+fn norm_rows_do_not_depend_on_the_row_count() {
+    // Up to 16 rows a wide norm runs several workgroups per row (PART), beyond one: the same
+    // bits either way, so a verified row equals the decoded row.
+    let d = 5120;
+    let mut rng = deltaspec::util::rng::Rng::new(5);
+    let x = rng.vec_normal(20 * d, 1.0);
+    let r = rng.vec_normal(20 * d, 1.0);
+    for no_sg in [false, true] {
+        let Some(mut g) = gpu_with(WgpuOptions {
+            no_subgroups: no_sg,
+            int8_matmul: Some(true),
+            ..Default::default()
+        }) else {
+            return;
+        };
+        let whole = run_on(&mut g, &norm_rows_case(&x, &r, 20, d), 1).0;
+        for n in [1usize, 2, 16] {
+            let part = run_on(&mut g, &norm_rows_case(&x, &r, n, d), 1).0;
+            for ((name, p), (_, w)) in part[0].iter().zip(&whole[0]) {
+                let (p, w) = (p.to_f32().unwrap(), w.to_f32().unwrap());
+                let same = p.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{name}: {n} rows differ from 20 (no subgroups: {no_sg})"
+                );
+            }
+        }
+    }
+}

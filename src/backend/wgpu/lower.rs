@@ -401,8 +401,6 @@ impl Ctx<'_> {
                 } else {
                     1.0
                 };
-                let (groups, gx) = grid(rows);
-                let params = p(&[u(rows)?, u(d)?, eps.to_bits(), scale.to_bits(), gx]);
                 let x = self.res(ins[0]);
                 let (mode, y) = match op {
                     Op::RmsNorm { .. } => ("RMS", outs[0]),
@@ -420,6 +418,9 @@ impl Ctx<'_> {
                     Some(_) => shaders::norm_q8_key(mode, d, self.subgroups),
                     None => shaders::norm_key(mode, d, self.subgroups),
                 };
+                let (key, parts) = shaders::norm_part(key, rows);
+                let (groups, gx) = grid(rows * parts);
+                let params = p(&[u(rows)?, u(d)?, eps.to_bits(), scale.to_bits(), gx]);
                 let mut binds = vec![x];
                 let key = match op {
                     Op::RmsNorm { .. } => {

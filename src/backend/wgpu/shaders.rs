@@ -155,13 +155,39 @@ fn dequant_section(name: &str) -> Option<&'static str> {
     Some(&rest[..end])
 }
 
-/// The int8 work item of type `t` (section "<type> q8") for `buffer`.
-fn splice_dequant8(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
+/// The IQ4_XS int8 decode's grid table: per nibble (64 words, the default) or per whole qs
+/// byte (`DELTASPEC_WGPU_IQ4_TABLE=byte`: section "IQ4_XS q8 byte", 8 KiB). Both give the
+/// same int8 words, so results are identical; which is faster is a device measurement.
+pub fn iq4_byte_table() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DELTASPEC_WGPU_IQ4_TABLE").is_ok_and(|v| v == "byte"))
+}
+
+/// Flag of a GEMV key whose IQ4_XS int8 items use the byte table ([`iq4_byte_table`]).
+pub const IQ4_BYTE: &str = "IQ4_BYTE";
+
+/// The int8 work item of type `t` (section "<type> q8", or "<type> q8 byte" under the
+/// [`IQ4_BYTE`] flag) for `buffer`.
+fn splice_dequant8(buffer: &str, t: DType, flags: &[&str], out: &mut String) -> Result<(), String> {
     if !INT8_TYPES.contains(&t) {
         return Err(format!("no int8 work item for {t}"));
     }
-    let body = dequant_section(&format!("{} q8", t.name()))
-        .ok_or_else(|| format!("dequant.wgsl lacks '{} q8'", t.name()))?;
+    let byte = t == DType::Iq4Xs && flags.contains(&IQ4_BYTE);
+    let name = format!("{} q8{}", t.name(), if byte { " byte" } else { "" });
+    let body = dequant_section(&name).ok_or_else(|| format!("dequant.wgsl lacks '{name}'"))?;
+    let mut body = body.to_string();
+    if byte {
+        // One table per kernel (every weight of a GEMV has one type): the first weight
+        // spliced brings it and fills it, the others only read it.
+        let first = !out.contains("var<workgroup> IQ4B_KW");
+        if first {
+            let table = format!("{name} table");
+            out.push_str(
+                dequant_section(&table).ok_or_else(|| format!("dequant.wgsl lacks '{table}'"))?,
+            );
+        }
+        body = body.replace("$LEAD", if first { "true" } else { "false" });
+    }
     out.push_str(&body.replace("$W", buffer).replace("$F", buffer));
     Ok(())
 }
@@ -242,7 +268,7 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                     .find(|(b, _)| *b == buf)
                     .ok_or_else(|| format!("{}: no weight type given for {buf}", key.file))?;
                 if int8 {
-                    splice_dequant8(buf, *ty, &mut out)?;
+                    splice_dequant8(buf, *ty, &key.flags, &mut out)?;
                 } else {
                     splice_dequant(buf, *ty, &mut out)?;
                 }
@@ -405,7 +431,8 @@ pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: 
         .c("SEGS", segs.max(1) as u32)
         .flag_if(sg, "SG")
         .flag_if(xv4, "XV4")
-        .flag_if(pair, "PAIR");
+        .flag_if(pair, "PAIR")
+        .flag_if(t == DType::Iq4Xs && iq4_byte_table(), IQ4_BYTE);
     for (i, (flag, buf)) in [("", "W0"), ("SEG2", "W1"), ("SEG3", "W2"), ("SEG4", "W3")]
         .into_iter()
         .enumerate()
@@ -439,6 +466,29 @@ pub fn norm_key(mode: &'static str, d: usize, subgroups: bool) -> ShaderKey {
         key.c("NV", nv as u32).flag("REG")
     } else {
         key
+    }
+}
+
+/// Rows up to which a register-form norm runs NV workgroups per row (PART, see norm.wgsl):
+/// decode and small verify widths, where one workgroup per row leaves most of the GPU idle.
+pub const NORM_PART_MAX_ROWS: usize = 16;
+
+/// `key` (a [`norm_key`]) in the PART form when it applies to `rows` rows: the key and the
+/// workgroups per row. `DELTASPEC_WGPU_NORM_PART=0`: one workgroup per row always (A/B runs;
+/// the outputs are the same bits either way).
+pub fn norm_part(key: ShaderKey, rows: usize) -> (ShaderKey, usize) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| !std::env::var("DELTASPEC_WGPU_NORM_PART").is_ok_and(|v| v == "0"));
+    let nv = key
+        .consts
+        .iter()
+        .find(|(n, _)| *n == "NV")
+        .map(|c| c.1 as usize);
+    match nv {
+        Some(nv) if on && nv > 1 && rows <= NORM_PART_MAX_ROWS && key.flags.contains(&"REG") => {
+            (key.flag("PART"), nv)
+        }
+        _ => (key, 1),
     }
 }
 
@@ -503,6 +553,18 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                         v.push(gemv_key(t, shape, sg, true, segs, false).flag("Q8"));
                     }
                     v.push(gemv_key(t, shape, sg, true, 2, true).flag("Q8"));
+                    if t == DType::Iq4Xs {
+                        v.push(
+                            gemv_key(t, shape, sg, true, 2, true)
+                                .flag("Q8")
+                                .flag(IQ4_BYTE),
+                        );
+                        v.push(
+                            gemv_key(t, shape, sg, true, 4, false)
+                                .flag("Q8")
+                                .flag(IQ4_BYTE),
+                        );
+                    }
                     v.push(
                         gemv_key(t, shape, sg, true, 2, true)
                             .flag("Q8")
@@ -526,7 +588,9 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
             }
             for (d, sg) in [(5120, true), (96, false), (8192, subgroups)] {
                 v.push(norm_q8_key(mode, d, sg).dq("W", t));
+                v.push(norm_q8_key(mode, d, sg).flag("PART").dq("W", t));
             }
+            v.push(norm_key(mode, 5120, true).flag("PART").dq("W", t));
         }
         v.push(ShaderKey::new("conv").dq("W", t));
         v.push(ShaderKey::new("conv").flag("TREE").dq("W", t));
