@@ -5,17 +5,28 @@
 #pragma once
 #include "common.h"
 
-// The calling warp's 32 lanes hold the 32 values of quantization block `b` (lane i: value i).
-DEV void q8_store_block(float x, u64 b, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS) {
-    const u32 lane = lane_id();
+// One quantized block: this lane's int8 value (as the float it rounds to), the scale d and the
+// sum Σ q (before scaling).
+struct Q8Block {
+    float qf, d, s;
+};
+
+// The calling warp's 32 lanes hold the 32 values of one quantization block (lane i: value i).
+DEV Q8Block q8_quantize(float x) {
     const float amax = warp_max(__builtin_fabsf(x));
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const float qf = __builtin_roundf(x * id);
-    XQ[b * 32 + lane] = (i8)(i32)qf;
-    const float s = warp_sum(qf);
+    return Q8Block{qf, d, warp_sum(qf)};
+}
+
+// The calling warp's 32 lanes hold the 32 values of quantization block `b` (lane i: value i).
+DEV void q8_store_block(float x, u64 b, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS) {
+    const u32 lane = lane_id();
+    const Q8Block q = q8_quantize(x);
+    XQ[b * 32 + lane] = (i8)(i32)q.qf;
     if (lane == 0) {
-        XD[b] = d;
-        XS[b] = d * s;
+        XD[b] = q.d;
+        XS[b] = q.d * q.s;
     }
 }

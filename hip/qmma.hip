@@ -43,8 +43,20 @@
 // (and, for IQ4_XS, two items' weight words) one 8-byte load per lane plus one exchange in the
 // quad, in the k order of qm_pos. Loads are issued for U chunks per step (more bytes in flight).
 //
+// Fragment-ordered activations (XF, the kernels with suffix `f`; `DELTASPEC_HIP_QMMA_XLAYOUT`):
+// in the plain layout a warp's activation load for one item still touches 8 input rows' lines
+// (quad g holds input row g), and its XD/XS loads 4 rows' lines per pair of items. The `f`
+// kernels read a copy of the same values (written by qmma_quantize or qmma_relayout) laid out
+// in the order the warp reads them: per group of 8 input rows and item, the 8 rows' 32 bytes
+// back to back, each with lane t's 8 bytes (word qm_pos(t) of both halves) at byte 8·t, so the
+// warp's load is one contiguous 256-byte run and needs no exchange; and the group's 8 XD (and
+// 8 XS) of the item as 8 consecutive floats, of which lane t loads inputs 2t, 2t + 1 as one
+// 8-byte load (32 bytes per warp). The values and the float order are unchanged, so the bits
+// are. Per 16-row IQ4_XS item at 16 inputs that leaves ~21 line passes of the ~43 above.
+//
 // GLU (qmma_glu_*): the 16 A rows are 8 gate rows and the same 8 columns' up rows, so one lane
 // holds gate and up sums of one column and writes silu(gate) · up itself.
+#include "q8act.h"
 #include "qfrag.h"
 
 #if defined(DS_HAVE_MMA_S8)
@@ -77,6 +89,8 @@ constexpr u32 qmma_min_blocks(u32 tg) { return tg == 1 ? 2 : 1; }
 // This lane's inputs of one group: its B column's quantized row (at byte 8·t, see qm_pair) and
 // the XD/XS row offsets of its two output inputs (rows past N repeat row N - 1; their results
 // are dropped). The offsets are u32: XD holds N · K / 32 floats, far below 2^32 at GEMV widths.
+// Fragment order (XF): xq is this lane's 8 bytes of the group's item 0 (item s at + 256·s) and
+// xa the float offset of its two inputs' XD/XS of item 0 (item s at + 8·s); xc is unused.
 struct QmGroup {
     const i8* xq;
     u32 xa, xc;
@@ -109,6 +123,17 @@ DEV void qm_pair(u32x2 v, bool low, u32& x0, u32& x1) {
     x1 = low ? r : v.y;
 }
 
+// Fragment order of the activations (XF, see the header): the offset of value e (0 .. 31) of an
+// item within its row's 32 bytes. Lane t reads bytes 8t .. 8t + 7: word qm_pos(t) of half 0,
+// then of half 1; word p of a half is read by lane qm_pos(p) (qm_pos is its own inverse).
+DEV u32 qm_frag_byte(u32 e) {
+    const u32 w = e / 4;
+    return 8 * qm_pos(w % 4) + 4 * (w / 4) + e % 4;
+}
+// The index of (input row n, item s) among the fragment-ordered rows: groups of 8 input rows,
+// then items, then the row within the group. XQF holds 32 bytes at each index, XDF/XSF one float.
+DEV u64 qm_frag_index(u32 n, u32 s, u32 nb) { return ((u64)(n / 8) * nb + s) * 8 + n % 8; }
+
 // Whether the fragment decoder P has raw 16-byte items (RAW16 in hip/qfrag.h).
 template <class P, class = void>
 struct QmRaw16 {
@@ -128,7 +153,7 @@ DEV void qm_ld2(const float* p, float& a, float& b) {
 // Items s = sb .. sb + R - 1 (TAIL: those below nb) of one warp into its partials acc[jj].
 // XD2: XD/XS rows start at even offsets (nb even), so two consecutive items' scales are one
 // 8-byte load.
-template <class P, u32 TG, u32 R, bool TAIL, bool XD2>
+template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF>
 DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
                     const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
     static_assert(R % 2 == 0, "items are taken in pairs for the XD loads");
@@ -180,8 +205,15 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             ma = odd ? om : scm[jj], mb = odd ? scm[jj] : om;
         }
         // The activation scales of this lane's two inputs (and sums, with a minimum): at even
-        // jj those of items jj and jj + 1, as one 8-byte load each where XD2.
-        if (jj % 2 == 0) {
+        // jj those of items jj and jj + 1, as one 8-byte load each where XD2; in fragment order
+        // (XF) those of item jj, both inputs as one 8-byte load.
+        if constexpr (XF) {
+#pragma unroll
+            for (u32 tg = 0; tg < TG; ++tg) {
+                qm_ld2(XD + grp[tg].xa + 8 * s, xda[jj % 2][tg], xdc[jj % 2][tg]);
+                if constexpr (!P::NOMIN) qm_ld2(XS + grp[tg].xa + 8 * s, xsa[jj % 2][tg], xsc[jj % 2][tg]);
+            }
+        } else if (jj % 2 == 0) {
 #pragma unroll
             for (u32 tg = 0; tg < TG; ++tg) {
                 if constexpr (XD2 && !TAIL) {
@@ -206,7 +238,12 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
 #pragma unroll
         for (u32 tg = 0; tg < TG; ++tg) {
             u32 x0, x1;
-            qm_pair(*(const u32x2*)(grp[tg].xq + (u64)s * 32), low, x0, x1);
+            if constexpr (XF) {
+                const u32x2 v = *(const u32x2*)(grp[tg].xq + (u64)s * 256);
+                x0 = v.x, x1 = v.y;
+            } else {
+                qm_pair(*(const u32x2*)(grp[tg].xq + (u64)s * 32), low, x0, x1);
+            }
             i32 d0[4] = {QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS};
             i32 d1[4] = {QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS};
             mma_s8_16x8x16(d0, wa0, wb0, x0);  // values 0..15 of item s
@@ -235,18 +272,18 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
 // issued together; the chunks still accumulate in order, so every U gives the same bits), then
 // the rest one by one. U = 2 doubles the weight bytes in flight per warp (16 warps × 2 chunks ×
 // 16 rows × 32 bytes per SM) at the cost of a few spilled registers at 16 input rows.
-template <class P, u32 TG, u32 R, bool XD2, u32 U>
+template <class P, u32 TG, u32 R, bool XD2, u32 U, bool XF>
 DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
                    const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
     for (; sb + (U - 1) * WARP + R <= nb; sb += U * WARP) {
 #pragma unroll
-        for (u32 u = 0; u < U; ++u) qmma_chunk<P, TG, R, false, XD2>(wa, wb, grp, XD, XS, nb, sb + u * WARP, t, acc);
+        for (u32 u = 0; u < U; ++u) qmma_chunk<P, TG, R, false, XD2, XF>(wa, wb, grp, XD, XS, nb, sb + u * WARP, t, acc);
     }
     for (; sb < nb; sb += WARP) {
         if (sb + R <= nb) {
-            qmma_chunk<P, TG, R, false, XD2>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+            qmma_chunk<P, TG, R, false, XD2, XF>(wa, wb, grp, XD, XS, nb, sb, t, acc);
         } else {
-            qmma_chunk<P, TG, R, true, XD2>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+            qmma_chunk<P, TG, R, true, XD2, XF>(wa, wb, grp, XD, XS, nb, sb, t, acc);
         }
     }
 }
@@ -256,8 +293,9 @@ DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const f
 // (of W) and A row g + 8 is up row j (of WU), so a lane's outputs 0/1 are gate sums and 2/3 the
 // up sums of the same column and inputs, each accumulated exactly as in its own matmul; the
 // lane writes silu(gate) · up (the swiglu kernel's float operations on the same values, so the
-// result equals matmul → matmul → swiglu bit for bit).
-template <class P, u32 TG, bool GLU, u32 U>
+// result equals matmul → matmul → swiglu bit for bit). XF: XQ/XD/XS are the fragment-ordered
+// copies (see the header), over N rounded up to a multiple of 8 rows.
+template <class P, u32 TG, bool GLU, u32 U, bool XF>
 DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
               const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
               u32 M, u64 row_bytes, u32 rg) {
@@ -279,10 +317,18 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
         QmGroup grp[TG];
 #pragma unroll
         for (u32 tg = 0; tg < TG; ++tg) {
-            const u32 nq = n0 + 8 * tg + g, na = n0 + 8 * tg + 2 * t, nc = na + 1;
-            grp[tg].xq = XQ + (u64)(nq < N ? nq : N - 1) * K + 8 * t;
-            grp[tg].xa = (na < N ? na : N - 1) * nb;
-            grp[tg].xc = (nc < N ? nc : N - 1) * nb;
+            if constexpr (XF) {
+                // Groups past the last one (at 32-row tiles) repeat it; their results are dropped.
+                const u32 gl = (N - 1) / 8, gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
+                grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
+                grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
+                grp[tg].xc = 0;
+            } else {
+                const u32 nq = n0 + 8 * tg + g, na = n0 + 8 * tg + 2 * t, nc = na + 1;
+                grp[tg].xq = XQ + (u64)(nq < N ? nq : N - 1) * K + 8 * t;
+                grp[tg].xa = (na < N ? na : N - 1) * nb;
+                grp[tg].xc = (nc < N ? nc : N - 1) * nb;
+            }
         }
         // acc[jj][tg][o]: partial R·w + jj of output o (0: ra × na, 1: ra × nc, 2: rb × na,
         // 3: rb × nc) of group tg.
@@ -298,10 +344,10 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
         constexpr bool PAIRS = TG * (P::NOMIN ? 1 : 2) <= 2;
         // Two chunks per step spill over 100 bytes at TG = 4 (ptxas 12.9, sm_90): one there.
         constexpr u32 UT = TG >= 4 ? 1 : U;
-        if (PAIRS && nb % 2 == 0) {
-            qmma_walk<P, TG, R, PAIRS, UT>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
+        if (!XF && PAIRS && nb % 2 == 0) {
+            qmma_walk<P, TG, R, PAIRS, UT, XF>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
         } else {
-            qmma_walk<P, TG, R, false, UT>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
+            qmma_walk<P, TG, R, false, UT, XF>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
         }
         // warp_sum's butterfly over the partial index j: after the step with mask m, partial
         // j < m holds p_j + p_{j+m}. Masks m >= R pair warp w with warp w + m / R. One base
@@ -354,7 +400,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
 
 // Up to four matmuls of one quantized input in one launch, as qgemv_seg in hip/qmatmul.hip:
 // each segment's blocks map to rows exactly as in its own launch.
-template <class P, u32 TG, u32 U>
+template <class P, u32 TG, u32 U, bool XF>
 DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                   u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                   u32 K, u64 row_bytes) {
@@ -371,36 +417,96 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qmma<P, TG, false, U>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
+    qmma<P, TG, false, U, XF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
 
 // qmma_<type>_<nt>, qmma4_<type>_<nt> (segments) and qmma_glu_<type>_<nt> (gate/up pair, 8 output
 // columns per block) for tiles of nt = 8·TG input rows, with U = 2 chunks per step; the same
-// with suffix u1 for U = 1 (A/B runs, `DELTASPEC_HIP_QMMA_UNROLL=1`; at 32 rows both are U = 1).
-#define DS_QMMA(name, P, TG, NT, U, SFX)                                                                   \
+// with suffix u1 for U = 1 (A/B runs, `DELTASPEC_HIP_QMMA_UNROLL=1`; at 32 rows both are U = 1),
+// and with suffix f for U = 2 on fragment-ordered activations (XF, see the header).
+#define DS_QMMA(name, P, TG, NT, U, XF, SFX)                                                               \
     QM_KERNEL(TG)                                                                                          \
     qmma_##name##_##NT##SFX(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
                             u32 K, u32 M, u64 row_bytes) {                                                 \
-        qmma<P, TG, false, U>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                     \
+        qmma<P, TG, false, U, XF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                 \
     }                                                                                                      \
     QM_KERNEL(TG)                                                                                          \
     qmma4_##name##_##NT##SFX(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
                              const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,             \
                              const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
-        qmma_seg<P, TG, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes); \
+        qmma_seg<P, TG, U, XF>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes); \
     }                                                                                                      \
     QM_KERNEL(TG)                                                                                          \
     qmma_glu_##name##_##NT##SFX(const u8* WG, const u8* WU, const i8* XQ, const float* XD,                \
                                 const float* XS, float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {           \
-        qmma<P, TG, true, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                          \
+        qmma<P, TG, true, U, XF>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                      \
     }
-#define DS_QMMA_TYPE(name, P)     \
-    DS_QMMA(name, P, 1, 8, 2, )   \
-    DS_QMMA(name, P, 2, 16, 2, )  \
-    DS_QMMA(name, P, 4, 32, 2, )  \
-    DS_QMMA(name, P, 1, 8, 1, u1) \
-    DS_QMMA(name, P, 2, 16, 1, u1) \
-    DS_QMMA(name, P, 4, 32, 1, u1)
+#define DS_QMMA_TYPE(name, P)             \
+    DS_QMMA(name, P, 1, 8, 2, false, )    \
+    DS_QMMA(name, P, 2, 16, 2, false, )   \
+    DS_QMMA(name, P, 4, 32, 2, false, )   \
+    DS_QMMA(name, P, 1, 8, 1, false, u1)  \
+    DS_QMMA(name, P, 2, 16, 1, false, u1) \
+    DS_QMMA(name, P, 4, 32, 1, false, u1) \
+    DS_QMMA(name, P, 1, 8, 2, true, f)    \
+    DS_QMMA(name, P, 2, 16, 2, true, f)   \
+    DS_QMMA(name, P, 4, 32, 2, true, f)
 DS_FOR_EACH_FTYPE(DS_QMMA_TYPE)
+
+// The fragment-ordered activations for the `f` kernels (see the header), one warp per 32-value
+// block over N rounded up to 8 rows (blocks of rows past N hold zeros), QM_Q_WARPS per CTA.
+constexpr u32 QM_Q_WARPS = 4;  // mirrored by kernels::QMMA_QUANT_THREADS
+
+// qmma_quantize[_gate]: quantize_q8[_gate] (the same float operations, so the same values),
+// writing the plain rows XQ/XD/XS and the fragment-ordered copy XQF/XDF/XSF.
+template <bool GATE>
+DEV void qmma_quantize_impl(const float* __restrict__ X, const float* __restrict__ G, i8* __restrict__ XQ,
+                            float* __restrict__ XD, float* __restrict__ XS, i8* __restrict__ XQF,
+                            float* __restrict__ XDF, float* __restrict__ XSF, u32 N, u32 K) {
+    const u32 nb = K / 32, lane = lane_id();
+    const u64 b = (u64)bid_x() * QM_Q_WARPS + tid_x() / WARP;  // block index over [N rounded up, nb]
+    if (b >= (u64)(N + 7) / 8 * 8 * nb) return;               // the whole warp
+    const u32 n = (u32)(b / nb), s = (u32)(b % nb);
+    float x = 0.0f;
+    if (n < N) {
+        x = X[b * 32 + lane];
+        if (GATE) x = x * ds_sigmoid(G[b * 32 + lane]);
+    }
+    const Q8Block q = q8_quantize(x);
+    const u64 f = qm_frag_index(n, s, nb);
+    XQF[f * 32 + qm_frag_byte(lane)] = (i8)(i32)q.qf;
+    if (lane == 0) XDF[f] = q.d, XSF[f] = q.d * q.s;
+    if (n >= N) return;
+    XQ[b * 32 + lane] = (i8)(i32)q.qf;
+    if (lane == 0) XD[b] = q.d, XS[b] = q.d * q.s;
+}
+
+KERNEL(QM_Q_WARPS * WARP)
+qmma_quantize(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS,
+              i8* __restrict__ XQF, float* __restrict__ XDF, float* __restrict__ XSF, u32 N, u32 K) {
+    qmma_quantize_impl<false>(X, nullptr, XQ, XD, XS, XQF, XDF, XSF, N, K);
+}
+
+KERNEL(QM_Q_WARPS * WARP)
+qmma_quantize_gate(const float* __restrict__ X, const float* __restrict__ G, i8* __restrict__ XQ,
+                   float* __restrict__ XD, float* __restrict__ XS, i8* __restrict__ XQF, float* __restrict__ XDF,
+                   float* __restrict__ XSF, u32 N, u32 K) {
+    qmma_quantize_impl<true>(X, G, XQ, XD, XS, XQF, XDF, XSF, N, K);
+}
+
+// The fragment-ordered copy of rows already quantized in the plain layout (by a norm's `_q8`
+// kernel): the same values at their fragment addresses.
+KERNEL(QM_Q_WARPS * WARP)
+qmma_relayout(const i8* __restrict__ XQ, const float* __restrict__ XD, const float* __restrict__ XS,
+              i8* __restrict__ XQF, float* __restrict__ XDF, float* __restrict__ XSF, u32 N, u32 K) {
+    const u32 nb = K / 32, lane = lane_id();
+    const u64 b = (u64)bid_x() * QM_Q_WARPS + tid_x() / WARP;
+    if (b >= (u64)(N + 7) / 8 * 8 * nb) return;
+    const u32 n = (u32)(b / nb), s = (u32)(b % nb);
+    const bool in = n < N;
+    const u64 f = qm_frag_index(n, s, nb);
+    XQF[f * 32 + qm_frag_byte(lane)] = in ? XQ[b * 32 + lane] : (i8)0;
+    if (lane == 0) XDF[f] = in ? XD[b] : 0.0f, XSF[f] = in ? XS[b] : 0.0f;
+}
 
 #endif

@@ -213,13 +213,20 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
             let mma_on = mma.matrix_cores();
             for n in [5, 16, 33] {
                 let (w, g, inputs) = random_case(n, k, dtype);
-                let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
                 let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
-                let what = format!("{dtype} n={n} fusion={fusion}: matrix-core vs dp4a");
-                assert_same_bits(&what, &a, &b);
-                // Fused on the matrix cores: quantize + one launch for each of the three groups.
-                if fusion && mma_on {
-                    assert_eq!(launches, 6, "{what}: fused launches");
+                // Plain and fragment-ordered activations (`qmma*f`, quantized by
+                // `qmma_quantize[_gate]`).
+                for xl in [false, true] {
+                    mma.set_qmma_xlayout(xl);
+                    let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
+                    let what =
+                        format!("{dtype} n={n} fusion={fusion} xlayout={xl}: matrix-core vs dp4a");
+                    assert_same_bits(&what, &a, &b);
+                    // Fused on the matrix cores: quantize + one launch for each of the three
+                    // groups.
+                    if fusion && mma_on {
+                        assert_eq!(launches, 6, "{what}: fused launches");
+                    }
                 }
             }
         }
@@ -319,7 +326,9 @@ fn wide_tiles_can_stay_unfused() {
 
 /// A norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`):
 /// rms_norm, add_rms_norm (its second output) and gated_rms_norm through a head view, each into
-/// a matmul. Outputs equal the unfused run bit for bit; three `quantize_q8` launches go.
+/// a matmul. Outputs equal the unfused run bit for bit; three `quantize_q8` launches go. On the
+/// matrix cores with fragment-ordered activations (`qmma*f`) each norm's rows are reordered by
+/// one `qmma_relayout` launch, with the same results.
 #[test]
 fn norms_feeding_int8_matmuls_quantize_their_own_output() {
     for &dtype in &[DType::Q8_0, DType::Iq4Xs] {
@@ -334,7 +343,14 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             return;
         };
         on.set_norm_q8(true);
+        let Some(mut frag) = gpu("norm_q8_frag", true) else {
+            return;
+        };
+        frag.set_norm_q8(true);
+        frag.set_qgemv_mma(true);
+        frag.set_qmma_xlayout(true);
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
+        let c_frag = frag.launch_counter();
         for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 16].map(|n| (k, n))) {
             let heads = k / 64;
             let mut rng = Rng::new(77 + n as u64 + k as u64);
@@ -386,6 +402,13 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                 "{what}: unfused launches (norm, quantize, gemv) × 3"
             );
             assert_eq!(l_on, 3 * 2, "{what}: fused launches (norm_q8, gemv) × 3");
+            if n == 16 {
+                let (a, l_frag) = run(&mut frag, &|| c_frag.get(), &g, &w, &inputs);
+                assert_same_bits(&format!("{what}: fragment order vs unfused"), &a, &plain);
+                if frag.matrix_cores() {
+                    assert_eq!(l_frag, 3 * 3, "{what}: (norm_q8, relayout, qmma) × 3");
+                }
+            }
         }
     }
 }

@@ -355,7 +355,9 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
     // one round plus a part); Q8_0 also K = 416, 13 items, where a warp's run of consecutive
     // items is cut short (the tail path). Inputs at every tile (8, 16, 32 rows per block; 33
     // loops over a second group) and not a multiple of 8, down to 2 rows (the 8-row tile with
-    // the matrix-core kernel's fewest rows lowered, as `DELTASPEC_HIP_QMMA_MIN_ROWS` does).
+    // the matrix-core kernel's fewest rows lowered, as `DELTASPEC_HIP_QMMA_MIN_ROWS` does), on
+    // plain and on fragment-ordered activations (`qmma*f`, whose padding rows and groups past N
+    // must not leak into results).
     let m = 77;
     for &dtype in INT8_TYPES {
         let tail = (dtype == DType::Q8_0).then_some(416);
@@ -371,9 +373,10 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             let wid = g.upload_weights(&w).unwrap();
             let sid = g.alloc_states(&[]).unwrap();
             let x = rng.vec_normal(33 * k, 1.0);
-            let mut run = |n: usize, mma: bool, one: bool| {
+            let mut run = |n: usize, mma: bool, one: bool, xl: bool| {
                 g.set_qgemv_mma(mma);
                 g.set_qmma_unroll_one(one);
+                g.set_qmma_xlayout(xl);
                 let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
                 f32s(
                     &g.run(e, wid, sid, &[("x", HostData::F32(x[..n * k].to_vec()))])
@@ -381,14 +384,17 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
                         .1,
                 )
             };
-            let want = run(33, false, false);
-            // Two chunks of items per warp step (the default), and one (`u1`) at 8 and 16 rows.
-            let cases = [2, 4, 5, 13, 16, 17, 33].map(|n| (n, false));
-            for (n, one) in cases.into_iter().chain([(5, true), (16, true)]) {
-                let got = run(n, true, one);
+            let want = run(33, false, false, false);
+            // Two chunks of items per warp step (the default) on plain and fragment-ordered
+            // activations, and one chunk (`u1`) at 8 and 16 rows.
+            let ns = [2, 4, 5, 13, 16, 17, 33];
+            let cases = ns.map(|n| (n, false, false)).into_iter();
+            let cases = cases.chain(ns.map(|n| (n, false, true)));
+            for (n, one, xl) in cases.chain([(5, true, false), (16, true, false)]) {
+                let got = run(n, true, one, xl);
                 if let Some(i) = (0..n * m).find(|&i| got[i].to_bits() != want[i].to_bits()) {
                     panic!(
-                        "{dtype} k={k}: n={n} (u1: {one}) matrix-core row {} col {} is {} not {}",
+                        "{dtype} k={k}: n={n} (u1: {one}, xlayout: {xl}) matrix-core row {} col {} is {} not {}",
                         i / m,
                         i % m,
                         got[i],

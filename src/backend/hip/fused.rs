@@ -178,7 +178,14 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
     let first = &g.nodes[grp.members[0]];
     let (suffix, n, k, _, row_bytes) =
         int8_matmul(be, g, grp.members[0]).expect("checked by the plan");
-    let [xq, xd, xs] = lower::quantize_input(be, env, first, None, n, k)?;
+    // The kernel below is a `qmma*` one where its tile exists: `qmma_glu_*` for the pair,
+    // `qmma4_*` otherwise; `qmma*f` reads the fragment-ordered activations.
+    let mma = match grp.swiglu {
+        Some(_) => be.qmma_glu_tile(n, suffix),
+        None => be.qmma_tile(n, suffix),
+    };
+    let frag = be.qmma_frag() && mma.is_some();
+    let [xq, xd, xs] = lower::quantize_input(be, env, first, None, n, k, frag)?;
     let nt = kernels::qgemv_tile(n);
     let warps = u64::from(kernels::QGEMV_THREADS / 32);
     let u = |v: usize| u32_arg(be, &first.op, v);

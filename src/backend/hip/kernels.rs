@@ -119,6 +119,9 @@ pub const QMMA_TILES: &[u32] = &[8, 16, 32];
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;
+/// Threads of a `qmma_quantize*` / `qmma_relayout` block (`QM_Q_WARPS` warps in `hip/qmma.hip`),
+/// one warp per 32-value block.
+pub const QMMA_QUANT_THREADS: u32 = 4 * 32;
 /// Output columns one `qmma_glu_*` block computes: its 16 mma rows are 8 gate rows and the 8
 /// up rows of the same columns.
 pub const QMMA_GLU_COLS: u32 = 8;
@@ -262,6 +265,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     }
     v.push(("qmatmul", "quantize_q8".into()));
     v.push(("qmatmul", "quantize_q8_gate".into()));
+    for n in ["qmma_quantize", "qmma_quantize_gate", "qmma_relayout"] {
+        v.push(("qmma", n.into()));
+    }
     for ty in QGEMV_TYPES {
         for nt in QGEMV_TILES {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}")));
@@ -287,6 +293,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             v.push(("qmma", format!("qmma_{ty}_{nt}u1")));
             v.push(("qmma", format!("qmma4_{ty}_{nt}u1")));
             v.push(("qmma", format!("qmma_glu_{ty}_{nt}u1")));
+            v.push(("qmma", format!("qmma_{ty}_{nt}f")));
+            v.push(("qmma", format!("qmma4_{ty}_{nt}f")));
+            v.push(("qmma", format!("qmma_glu_{ty}_{nt}f")));
         }
     }
     for n in [

@@ -866,7 +866,8 @@ pub(super) fn qgemv(
     row_bytes: u64,
     gate: Option<(TensorId, TensorId)>,
 ) -> Result<(), BackendError> {
-    let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k)?;
+    let frag = be.qmma_frag() && be.qmma_tile(n, suffix).is_some();
+    let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k, frag)?;
     // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
@@ -912,10 +913,13 @@ pub(super) fn qgemv(
 }
 
 /// Writes the int8 rows of `node`'s activation (input 0, `[n, k]`) to the quantized-activation
-/// buffer and returns its `(XQ, XD, XS)` parts. Skipped when the previous int8 matmul of this
-/// run already quantized the same tensor. `gate = Some((x, g))`: the activation is the
+/// buffer and returns the `(XQ, XD, XS)` parts the int8 GEMV over it reads: the plain rows, or
+/// where that GEMV is a `qmma*f` kernel (`frag`) their fragment-ordered copy (`hip/qmma.hip`), written
+/// by `qmma_quantize` along with the plain rows, or by `qmma_relayout` from plain rows a norm's
+/// `_q8` kernel wrote. Skipped when an earlier int8 matmul of this run already quantized (and,
+/// for the copy, reordered) the same tensor. `gate = Some((x, g))`: the activation is the
 /// `SigmoidMul` `x · sigmoid(g)` that the fusion plan folded into this matmul (never written
-/// itself), computed inside `quantize_q8_gate`.
+/// itself), computed inside `quantize_q8_gate` / `qmma_quantize_gate`.
 pub(super) fn quantize_input(
     be: &HipBackend,
     env: &Env<'_>,
@@ -923,50 +927,110 @@ pub(super) fn quantize_input(
     gate: Option<(TensorId, TensorId)>,
     n: usize,
     k: usize,
+    frag: bool,
 ) -> Result<[DevPtr; 3], BackendError> {
     let x = node.inputs[0];
     let nb = k / 32;
-    let [xq, xd, xs] = q8_parts(be, n * k)?;
+    // One qscratch call for both layouts: growing the buffer forgets what it held.
+    let ([xq, xd, xs], fparts) = if frag {
+        let (plain, f) = q8_frag_parts(be, n, k)?;
+        (plain, Some(f))
+    } else {
+        (q8_parts(be, n * k)?, None)
+    };
     let root = env.graph.storage_root(x);
-    if be.quantized.get() != Some(root) {
+    let sizes = [u32_arg(be, &node.op, n)?, u32_arg(be, &node.op, k)?];
+    // The activation read by the quantize kernels: x, or x and the folded gate's input.
+    let input = || match gate {
+        None => vec![Arg::P(env.ptr(x))],
+        Some((gx, gg)) => vec![Arg::P(env.ptr(gx)), Arg::P(env.ptr(gg))],
+    };
+    let gated = gate.is_some();
+    let Some([fq, fd, fs]) = fparts else {
+        if be.quantized.get() != Some(root) {
+            let grid = [
+                blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
+                1,
+                1,
+            ];
+            let name = if gated {
+                "quantize_q8_gate"
+            } else {
+                "quantize_q8"
+            };
+            let args = [
+                input(),
+                vec![Arg::P(xq), Arg::P(xd), Arg::P(xs)],
+                sizes.to_vec(),
+            ]
+            .concat();
+            launch(be, "qmatmul", name, grid, kernels::QGEMV_THREADS, &args)?;
+            be.quantized.set(Some(root));
+        }
+        return Ok([xq, xd, xs]);
+    };
+    if be.fragged.get() != Some(root) {
+        // One warp per 32-value block over n rounded up to 8 rows (the copy's padding rows are
+        // zeros); the plain rows are kept for any later dp4a reader.
         let grid = [
-            blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
-            1,
-            1,
-        ];
-        let tail = [
-            Arg::P(xq),
-            Arg::P(xd),
-            Arg::P(xs),
-            u32_arg(be, &node.op, n)?,
-            u32_arg(be, &node.op, k)?,
-        ];
-        let (name, mut args) = match gate {
-            None => ("quantize_q8", vec![Arg::P(env.ptr(x))]),
-            Some((gx, gg)) => (
-                "quantize_q8_gate",
-                vec![Arg::P(env.ptr(gx)), Arg::P(env.ptr(gg))],
+            blocks(
+                (n.div_ceil(8) * 8 * nb) as u64,
+                u64::from(kernels::QMMA_QUANT_THREADS / 32),
             ),
+            1,
+            1,
+        ];
+        let (name, input) = match (be.quantized.get() == Some(root), gated) {
+            (true, _) => ("qmma_relayout", vec![]),
+            (false, false) => ("qmma_quantize", input()),
+            (false, true) => ("qmma_quantize_gate", input()),
         };
-        args.extend(tail);
-        launch(be, "qmatmul", name, grid, kernels::QGEMV_THREADS, &args)?;
+        let parts = [xq, xd, xs, fq, fd, fs].map(Arg::P).to_vec();
+        let args = [input, parts, sizes.to_vec()].concat();
+        launch(be, "qmma", name, grid, kernels::QMMA_QUANT_THREADS, &args)?;
         be.quantized.set(Some(root));
+        be.fragged.set(Some(root));
     }
-    Ok([xq, xd, xs])
+    Ok([fq, fd, fs])
 }
 
 /// The `(XQ, XD, XS)` parts of the quantized-activation buffer for `elems` values (a multiple
 /// of 32); the layout depends only on `elems`, so a norm that quantizes its output and the
 /// matmul that reads it agree on it.
 fn q8_parts(be: &HipBackend, elems: usize) -> Result<[DevPtr; 3], BackendError> {
-    let q_bytes = align256(elems);
-    let d_bytes = align256(elems / 32 * 4);
+    let (q_bytes, d_bytes) = q8_sizes(elems);
     let base = be.qscratch(q_bytes + 2 * d_bytes)?;
-    Ok([
+    Ok(q8_split(base, elems))
+}
+
+/// [`q8_parts`] for `n × k` values, and after them the parts of the fragment-ordered copy
+/// (over `n` rounded up to 8 rows) the `qmma*f` kernels read.
+fn q8_frag_parts(
+    be: &HipBackend,
+    n: usize,
+    k: usize,
+) -> Result<([DevPtr; 3], [DevPtr; 3]), BackendError> {
+    let (q_bytes, d_bytes) = q8_sizes(n * k);
+    let padded = n.div_ceil(8) * 8 * k;
+    let (fq_bytes, fd_bytes) = q8_sizes(padded);
+    let base = be.qscratch(q_bytes + 2 * d_bytes + fq_bytes + 2 * fd_bytes)?;
+    let fbase = base + (q_bytes + 2 * d_bytes) as DevPtr;
+    Ok((q8_split(base, n * k), q8_split(fbase, padded)))
+}
+
+/// Bytes of the int8 part and of each scale part for `elems` values, each 256-byte aligned.
+fn q8_sizes(elems: usize) -> (usize, usize) {
+    (align256(elems), align256(elems / 32 * 4))
+}
+
+/// `(XQ, XD, XS)` of `elems` values laid out from `base`.
+fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
+    let (q_bytes, d_bytes) = q8_sizes(elems);
+    [
         base,
         base + q_bytes as DevPtr,
         base + (q_bytes + d_bytes) as DevPtr,
-    ])
+    ]
 }
 
 /// A norm node with its `_q8` kernel (see [`super::fused::norm_q8`]): the normalised output is

@@ -136,6 +136,9 @@ pub struct HipBackend {
     /// The tensor whose quantized rows `qscratch` holds in the current run (several matmuls
     /// over one input quantize it once). Cleared at the start of every run.
     quantized: std::cell::Cell<Option<crate::graph::TensorId>>,
+    /// The tensor whose fragment-ordered copy (`qmma_quantize`, for the `qmma*f` kernels)
+    /// `qscratch` holds in the current run; cleared with `quantized`.
+    fragged: std::cell::Cell<Option<crate::graph::TensorId>>,
     poison: bool,
     gemv_max_n: usize,
     /// Matmuls with few rows over Q8_0/Q4_K/Q5_K/Q6_K/IQ4_XS weights quantize the activations
@@ -187,6 +190,11 @@ pub struct HipBackend {
     /// `none` for no type), for A/B runs of one type; unset: Q8_0 up to 8 rows (see
     /// `qmma_tile`).
     qmma_skip: Option<Vec<String>>,
+    /// The `qmma*f` kernels, reading the activations in fragment order (one contiguous load per
+    /// warp and item; `hip/qmma.hip`), written by `qmma_quantize` next to the plain rows. Only
+    /// with two chunks per step (`qmma_sfx` ""). Bit-identical either way; off by default until
+    /// measured: `DELTASPEC_HIP_QMMA_XLAYOUT=1` turns it on.
+    qmma_xlayout: bool,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
@@ -250,6 +258,7 @@ impl HipBackend {
             scratch: RefCell::new(None),
             qscratch: RefCell::new(None),
             quantized: std::cell::Cell::new(None),
+            fragged: std::cell::Cell::new(None),
             poison: false,
             int8_matmul: !matches!(
                 std::env::var("DELTASPEC_HIP_MATMUL").as_deref(),
@@ -284,6 +293,7 @@ impl HipBackend {
             qmma_skip: std::env::var("DELTASPEC_HIP_QMMA_SKIP")
                 .ok()
                 .map(|v| v.split(',').map(|t| t.trim().to_string()).collect()),
+            qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").is_ok_and(|v| v == "1"),
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -393,6 +403,13 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
+    /// The matrix-core kernels on fragment-ordered activations (`qmma*f`, with two chunks per
+    /// step); results are bit-identical either way.
+    pub fn set_qmma_xlayout(&mut self, on: bool) {
+        self.qmma_xlayout = on;
+        self.drop_graphs(|_| true);
+    }
+
     /// The matrix-core int8 GEMV for inputs of 5 rows and more (NVIDIA; elsewhere the setting
     /// keeps the dp4a kernel); results are bit-identical either way.
     pub fn set_qgemv_mma(&mut self, on: bool) {
@@ -436,7 +453,14 @@ impl HipBackend {
     /// The name of matrix-core kernel `kind` (`qmma`, `qmma4`, `qmma_glu`) for weight kernel
     /// `suffix` and tile `nt`.
     fn qmma_kernel(&self, kind: &str, suffix: &str, nt: u32) -> String {
-        format!("{kind}_{suffix}_{nt}{}", self.qmma_sfx)
+        let sfx = if self.qmma_frag() { "f" } else { self.qmma_sfx };
+        format!("{kind}_{suffix}_{nt}{sfx}")
+    }
+
+    /// Whether the matrix-core kernels read fragment-ordered activations (`qmma*f`, see
+    /// [`lower::quantize_input`]).
+    fn qmma_frag(&self) -> bool {
+        self.qmma_xlayout && self.qmma_sfx.is_empty()
     }
 
     /// The `qmma_glu_*` tile for a gate/up pair over `n` input rows, where that kernel is on.
@@ -614,6 +638,7 @@ impl HipBackend {
             self.free(b);
             *s = None;
             self.quantized.set(None);
+            self.fragged.set(None);
         }
         let b = self.alloc(bytes)?;
         *s = Some(b);
@@ -660,6 +685,7 @@ impl HipBackend {
     /// between the queued launches, or by host syncs around each with `DELTASPEC_PROFILE=sync`).
     fn launch_nodes(&self, env: &lower::Env, profiling: bool) -> Result<(), BackendError> {
         self.quantized.set(None);
+        self.fragged.set(None);
         let fusion = &env.ex.fusion;
         if profiling && !crate::backend::profile::sync_mode() {
             return self.launch_nodes_timed(env);

@@ -64,14 +64,15 @@ Entry entry(const char* name, void (*f)(A...)) {
     Q1(ty, 2, 1) Q1(ty, 2, 2) Q1(ty, 2, 4) Q1(ty, 4, 1) Q1(ty, 4, 2) K(qgemv_glu_##ty##_1u1)             \
     K(qgemv_glu_##ty##_1u2) K(qgemv_glu_##ty##_1u4)
 #define QMMA_NT(ty, NT) K(qmma_##ty##_##NT) K(qmma4_##ty##_##NT) K(qmma_glu_##ty##_##NT) \
-    K(qmma_##ty##_##NT##u1) K(qmma4_##ty##_##NT##u1) K(qmma_glu_##ty##_##NT##u1)
+    K(qmma_##ty##_##NT##u1) K(qmma4_##ty##_##NT##u1) K(qmma_glu_##ty##_##NT##u1)          \
+    K(qmma_##ty##_##NT##f) K(qmma4_##ty##_##NT##f) K(qmma_glu_##ty##_##NT##f)
 #define QMMA(ty, P) QMMA_NT(ty, 8) QMMA_NT(ty, 16) QMMA_NT(ty, 32)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
         DS_FOR_EACH_WTYPE(MM)                                                      //
-        DS_FOR_EACH_QTYPE(QM) DS_FOR_EACH_FTYPE(QMMA) K(quantize_q8) K(quantize_q8_gate)                                     //
+        DS_FOR_EACH_QTYPE(QM) DS_FOR_EACH_FTYPE(QMMA) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(rms_norm_q8) K(add_rms_norm_q8) K(gated_rms_norm_q8)                     //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
