@@ -260,3 +260,23 @@ KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ p
         block_top_k(src, k, values + (u64)bid_x() * k, out_i + (u64)bid_x() * k);
     }
 }
+
+// LogSumExp of each row (grid: rows): the row's maximum m, then m + ln Σ exp(x − m), the sum in
+// f32 and the log in f64 (rounded once). NaN and all −inf rows give NaN, as on the CPU.
+KERNEL(SEL_THREADS) logsumexp_f32(const float* __restrict__ x, float* __restrict__ out, u32 V) {
+    __shared__ float buf[SEL_THREADS / WARP];
+    const float* row = x + (u64)bid_x() * V;
+    float m = -__builtin_inff();
+    for (u32 i = tid_x(); i < V; i += SEL_THREADS) m = __builtin_fmaxf(m, row[i]);
+    m = warp_max(m);
+    if (lane_id() == 0) buf[tid_x() / WARP] = m;
+    sync_block();
+    m = buf[0];
+#pragma unroll
+    for (u32 w = 1; w < SEL_THREADS / WARP; ++w) m = __builtin_fmaxf(m, buf[w]);
+    sync_block();
+    float s = 0.0f;
+    for (u32 i = tid_x(); i < V; i += SEL_THREADS) s += ds_expf(row[i] - m);
+    s = block_sum<SEL_THREADS>(s, buf);
+    if (tid_x() == 0) out[bid_x()] = m + (float)ds_log1p_f64((double)s - 1.0);
+}

@@ -545,3 +545,47 @@ fn converter_writes_inline_dspark_heads_in_every_naming_scheme() {
     assert!(e.contains("unknown tensor 'other.weight'"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A tree's candidates computed on the device ([`DraftOut::TopK`]: top-k and each row's
+/// log-softmax normaliser) equal the host's [`top_logprobs`] over the read-back logits bit for
+/// bit on the CPU backend (the DDTree input of before), with the same proposals.
+#[test]
+fn device_top_k_log_probs_equal_the_host_ones() {
+    use deltaspec::model::draft::DraftOut;
+    use deltaspec::spec::top_logprobs;
+    let dir = scratch("topk");
+    for (name, target) in DRAFTERS {
+        let (t, d, r) = setup(name, target, &dir, OutType::F32);
+        let n = r.tokens.len();
+        let f = features(&t, &d, &r.tokens[..n - 1]);
+        let mut be = backend::create("cpu").unwrap();
+        let mut ds = DraftSession::new(&d, &t, be.as_mut(), n - 1 + d.cfg.block_size).unwrap();
+        let full = ds.draft(&f, r.tokens[n - 1]).unwrap();
+        let vocab = t.cfg.vocab;
+        for k in [1, 3, 8, vocab + 5] {
+            ds.truncate(0);
+            let out = ds
+                .draft_out(&f, r.tokens[n - 1], DraftOut::TopK(k))
+                .unwrap();
+            assert_eq!(out.tokens, full.tokens, "{name} k {k}: proposals");
+            assert!(out.logits.is_empty(), "{name}: logits read back");
+            let kk = k.min(vocab);
+            let rows = full.tokens.len();
+            assert_eq!(out.logsumexp.len(), rows);
+            for (i, row) in full.logits.chunks_exact(vocab).enumerate() {
+                let want = top_logprobs(row, kk);
+                let got: Vec<(u32, f32)> = (0..kk)
+                    .map(|j| {
+                        let v = out.topk_values[i * kk + j] - out.logsumexp[i];
+                        (out.topk_indices[i * kk + j], v)
+                    })
+                    .collect();
+                let bits = |c: &[(u32, f32)]| -> Vec<(u32, u32)> {
+                    c.iter().map(|&(t, v)| (t, v.to_bits())).collect()
+                };
+                assert_eq!(bits(&got), bits(&want), "{name} k {k} row {i}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1076,6 +1076,44 @@ fn top_k_past_a_part_matches_cpu_exactly() {
     top_k_case(&mut p, 45, 2100, &[0], &[2050]);
 }
 
+/// Row log-sum-exps (a tree's top-k normalisers) against the CPU on odd widths, a 248k-wide
+/// row, huge and tiny values, all equal, and NaN / all −inf rows (NaN on both).
+#[test]
+fn log_sum_exp_matches_cpu() {
+    let Some(mut p) = Pair::new("log_sum_exp", &WeightStore::default(), &[]) else {
+        return;
+    };
+    let mut rng = Rng::new(47);
+    for v in [1usize, 300, 5003, 248_320] {
+        let mut x = Vec::new();
+        x.extend(rng.vec_normal(v, 3.0));
+        x.extend((0..v).map(|i| i as f32 * 0.01 - 80.0));
+        x.extend(std::iter::repeat_n(1.5, v));
+        x.extend(rng.vec_normal(v, 1.0).iter().map(|y| y * 1e3));
+        let mut nan = rng.vec_normal(v, 1.0);
+        nan[v / 2] = f32::NAN;
+        x.extend(nan);
+        x.extend(std::iter::repeat_n(f32::NEG_INFINITY, v));
+        let mut b = GraphBuilder::new();
+        let xi = b.input("x", DType::F32, &[6, v]).unwrap();
+        let l = b.log_sum_exp(xi).unwrap();
+        b.output("lse", l).unwrap();
+        let (cpu, gpu) = p.run(&b.build(), &[("x", HostData::F32(x))]);
+        let (want, got) = (f32s(&cpu[0].1), f32s(&gpu[0].1));
+        // The CPU sums a row in index order in f32 (its rounding grows with the width); the
+        // GPU sums a tree.
+        let tol = 2e-6 * (1.0 + (v as f32).sqrt() / 20.0);
+        for (r, (w, g)) in want.iter().zip(&got).enumerate() {
+            if w.is_nan() {
+                assert!(g.is_nan(), "V={v} row {r}: {g} on the GPU, NaN on the CPU");
+            } else {
+                let e = (w - g).abs() / w.abs().max(1.0);
+                assert!(e <= tol, "V={v} row {r}: {g} on the GPU, {w} on the CPU");
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A whole model.
 

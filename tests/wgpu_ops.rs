@@ -557,6 +557,38 @@ fn top_k_matches_cpu_exactly() {
     }
 }
 
+/// Row log-sum-exps (a tree's top-k normalisers) against the CPU on odd and 248k widths.
+#[test]
+fn log_sum_exp_matches_cpu() {
+    let Some(mut g) = gpu() else { return };
+    let mut rng = Rng::new(47);
+    for v in [1usize, 300, 5003, 248_320] {
+        let mut x = Vec::new();
+        x.extend(rng.vec_normal(v, 3.0));
+        x.extend((0..v).map(|i| i as f32 * 0.01 - 80.0));
+        x.extend(std::iter::repeat_n(1.5, v));
+        let mut b = B::new(5);
+        let xi = b.input_f32("x", &[3, v], x);
+        let l = b.b.log_sum_exp(xi).unwrap();
+        b.out("lse", l);
+        let c = b.case();
+        let mut cpu = backend::create("cpu").unwrap();
+        let (want, _) = run_on(cpu.as_mut(), &c, 1);
+        let (got, _) = run_on(&mut g, &c, 1);
+        let (w, o) = (
+            want[0][0].1.to_f32().unwrap(),
+            got[0][0].1.to_f32().unwrap(),
+        );
+        // The CPU sums a row in index order in f32 (its rounding grows with the width); the
+        // GPU sums a tree.
+        let tol = 2e-6 * (1.0 + (v as f32).sqrt() / 20.0);
+        for (r, (w, o)) in w.iter().zip(&o).enumerate() {
+            let e = (w - o).abs() / w.abs().max(1.0);
+            assert!(e <= tol, "V={v} row {r}: {o} on wgpu, {w} on the CPU");
+        }
+    }
+}
+
 #[test]
 fn create_by_name() {
     if let Ok(b) = backend::create("wgpu:f32") {

@@ -31,7 +31,9 @@ pub struct Args {
     #[arg(long)]
     pub replay_profile: Option<String>,
     /// Speculation mode measured against the AR baseline.
-    #[arg(long, default_value = "chain", value_parser = ["chain", "tree", "adaptive"])]
+    /// `off`: plain steps only (features still captured and committed to the drafter): their
+    /// per-step cost against the AR baseline's.
+    #[arg(long, default_value = "chain", value_parser = ["off", "chain", "tree", "adaptive"])]
     pub spec: String,
     /// --spec tree: draft nodes per tree at most.
     #[arg(long, default_value_t = 8)]
@@ -160,6 +162,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 budget: a.tree_budget,
             }
         }
+        "off" => SpecMode::Off,
         _ => SpecMode::Chain,
     };
     let cfg = SpecConfig {
@@ -217,8 +220,22 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let ar_tps = tps(ar.tokens.len(), ar.decode_s);
     let sp_tps = tps(sp.tokens.len(), sp.decode_s);
     let speedup = if ar_tps > 0.0 { sp_tps / ar_tps } else { 0.0 };
-    let (draft_s, verify_s, rollback_s, commit_s) = sp.time_split();
-    let other_s = (sp.decode_s - draft_s - verify_s - rollback_s - commit_s).max(0.0);
+    let split = sp.time_split();
+    let (draft_s, verify_s, rollback_s, commit_s, plain_s) = (
+        split.draft,
+        split.verify,
+        split.rollback,
+        split.commit,
+        split.plain,
+    );
+    let other_s = (sp.decode_s - split.total()).max(0.0);
+    // Per plain step, against the AR baseline's per-token time.
+    let plain_ms = if sp.plain_steps() > 0 {
+        1e3 * plain_s / sp.plain_steps() as f64
+    } else {
+        0.0
+    };
+    let ar_ms = if ar_tps > 0.0 { 1e3 / ar_tps } else { 0.0 };
     let identical = sp.tokens == ar.tokens;
     let replay_label = profile.map(|p| {
         format!(
@@ -271,6 +288,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 "verify_seconds": verify_s,
                 "rollback_seconds": rollback_s,
                 "commit_seconds": commit_s,
+                "plain_seconds": plain_s,
+                "plain_ms_per_step": plain_ms,
                 "other_seconds": other_s,
             },
             "speedup": speedup,
@@ -316,13 +335,22 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     ));
     lines.push(format!(
         "split:     draft {draft_s:.3} s ({:.1}%), verify {verify_s:.3} s ({:.1}%), rollback \
-         {rollback_s:.3} s ({:.1}%, {}), commit {commit_s:.3} s ({:.1}%), other {other_s:.3} s",
+         {rollback_s:.3} s ({:.1}%, {}), commit {commit_s:.3} s ({:.1}%), plain {plain_s:.3} s \
+         ({:.1}%), other {other_s:.3} s",
         pct(draft_s),
         pct(verify_s),
         pct(rollback_s),
         rollback.name(),
         pct(commit_s),
+        pct(plain_s),
     ));
+    if sp.plain_steps() > 0 {
+        lines.push(format!(
+            "plain:     {plain_ms:.3} ms per plain step ({} steps) vs AR {ar_ms:.3} ms/token ({:.2}x)",
+            sp.plain_steps(),
+            if ar_ms > 0.0 { plain_ms / ar_ms } else { 0.0 }
+        ));
+    }
     lines.push(format!(
         "output:    {} the AR baseline",
         if identical {

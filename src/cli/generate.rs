@@ -85,6 +85,16 @@ pub struct Args {
     /// Adaptive policy: plain steps per burst below break-even.
     #[arg(long, default_value_t = 40)]
     pub ar_burst: usize,
+    /// Adaptive policy: burst length multiplier per failed probe in a row (1: fixed bursts).
+    #[arg(long, default_value_t = 2.0)]
+    pub burst_backoff: f64,
+    /// Adaptive policy: longest burst the backoff may reach.
+    #[arg(long, default_value_t = 640)]
+    pub max_burst: usize,
+    /// Adaptive policy (live ratio): bursts long enough that a probe's measured loss is at
+    /// most this fraction of the burst's time (0: off).
+    #[arg(long, default_value_t = 0.02)]
+    pub probe_budget: f64,
     /// Adaptive policy: print every decision to stderr.
     #[arg(long)]
     pub policy_log: bool,
@@ -134,6 +144,9 @@ impl Args {
                 probe_alpha: self.probe_alpha,
                 time_alpha: self.time_alpha,
                 ar_burst: self.ar_burst,
+                backoff: self.burst_backoff,
+                max_burst: self.max_burst,
+                probe_budget: self.probe_budget,
                 ..PolicyConfig::default()
             }),
         })
@@ -326,7 +339,9 @@ fn run_spec(
     } else {
         0.0
     };
-    let (draft_s, verify_s, rollback_s, commit_s) = res.time_split();
+    let split = res.time_split();
+    let (draft_s, verify_s, rollback_s, commit_s) =
+        (split.draft, split.verify, split.rollback, split.commit);
     let text = tok.map(|t| t.decode(&res.tokens, false)).transpose()?;
     if a.json {
         let j = serde_json::json!({
@@ -352,6 +367,7 @@ fn run_spec(
             "verify_seconds": verify_s,
             "rollback_seconds": rollback_s,
             "commit_seconds": commit_s,
+            "plain_seconds": split.plain,
             "drafter_report": d.report(),
         });
         println!("{j}");
@@ -360,7 +376,7 @@ fn run_spec(
         eprintln!(
             "[{} prompt tokens, {} generated, prefill {:.3} s, decode {:.2} tok/s, backend {}; \
              spec {} with {}: {} spec steps (mean accepted length {:.2}), {} plain; \
-             draft {:.3} s, verify {:.3} s, rollback {:.3} s, commit {:.3} s]",
+             draft {:.3} s, verify {:.3} s, rollback {:.3} s, commit {:.3} s, plain {:.3} s]",
             prompt.len(),
             res.tokens.len(),
             res.prefill_s,
@@ -375,6 +391,7 @@ fn run_spec(
             verify_s,
             rollback_s,
             commit_s,
+            split.plain,
         );
         if let Some(r) = d.report() {
             eprintln!("[drafter report: {r}]");

@@ -281,6 +281,11 @@ impl GraphBuilder {
         Ok((o[0], o[1]))
     }
 
+    /// `m + ln Σ exp(x − m)` of each row (see [`Op::LogSumExp`]).
+    pub fn log_sum_exp(&mut self, x: TensorId) -> R<TensorId> {
+        self.one(Op::LogSumExp, &[x])
+    }
+
     /// The rows of `xs` one after another (see [`Op::Concat`]).
     pub fn concat(&mut self, xs: &[TensorId]) -> R<TensorId> {
         self.one(Op::Concat, xs)

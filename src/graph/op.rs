@@ -142,6 +142,10 @@ pub enum Op {
     ArgMax,
     /// `x [N, V]` -> (`values [N, k]`, `indices i32 [N, k]`), descending; ties keep the lower index.
     TopK { k: usize },
+    /// `x [N, V]` -> `[N]`: `m + ln Σ_j exp(x_j − m)` per row, `m` the row's maximum (the
+    /// log-softmax normaliser: with [`Op::TopK`], a row's best log-probabilities without
+    /// reading the row back).
+    LogSumExp,
     /// `x_0 [r_0, W]`, `x_1 [r_1, W]`, … (one or more) -> `[Σ r_j, W]`: the rows in input order.
     Concat,
     /// DFlash2 grouped dynamic causal conv along block positions (drafters.md §4.2):
@@ -190,6 +194,7 @@ impl Op {
             Op::SwiGlu => "swiglu",
             Op::ArgMax => "argmax",
             Op::TopK { .. } => "top_k",
+            Op::LogSumExp => "log_sum_exp",
             Op::Concat => "concat",
             Op::DynConv { .. } => "dyn_conv",
             Op::SelectorWalk { .. } => "selector_walk",

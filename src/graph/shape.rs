@@ -410,6 +410,12 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             c.shape_is(c.f32(5)?, &[m / block, r])?;
             Ok(vec![(vec![m], DType::I32), (vec![m, k], DType::F32)])
         }
+        Op::LogSumExp => {
+            c.arity(1)?;
+            let x = c.f32(0)?;
+            c.rank(x, 2)?;
+            Ok(vec![(vec![x.shape[0]], DType::F32)])
+        }
         Op::TopK { k } => {
             c.arity(1)?;
             let x = c.f32(0)?;

@@ -14,6 +14,19 @@
 //! The base EMA alpha of the original is unknown (§4); ours is 0.3, like its other knobs a
 //! [`PolicyConfig`] field and a CLI option.
 //!
+//! Probes are not free: a probe that fails costs its step time minus the plain time of the
+//! tokens it emitted, and it also pays the switch (the burst's rows committed to the drafter,
+//! its context append). Two additions keep their cost small when speculation does not pay
+//! (prose on a drafter whose spec step costs 3-4 plain steps):
+//! - **exponential backoff**: every failed probe in a row multiplies the next burst by
+//!   [`PolicyConfig::backoff`] (2), up to [`PolicyConfig::max_burst`] (640 = 16 × 40 steps);
+//!   speculation that holds for [`SUSTAINED`] spec steps after a probe resets it;
+//! - **the probe's measured cost** (live ratio only): a burst is at least as long as makes the
+//!   last probe's loss over plain decoding at most [`PolicyConfig::probe_budget`] (2 %) of the
+//!   burst's time. Probe times are kept in their own EMA, apart from steady spec steps: the
+//!   switch cost they carry is paid once per probe, not per spec step, and the ratio of
+//!   steady speculation uses the steady EMA once it exists (the probe EMA before).
+//!
 //! One addition ([`PolicyConfig::calibrate`], on by default): with a live ratio the very first
 //! step is a plain one, so the plain-step time is known from the first spec step on. Without
 //! it the initial ratio (1.9, break-even 0.72) holds until the first burst, and a burst only
@@ -68,7 +81,19 @@ pub struct PolicyConfig {
     /// With a live ratio, run one plain step first to measure the plain-step time (see the
     /// module docs). Off: the original's behaviour (the initial ratio until the first burst).
     pub calibrate: bool,
+    /// Burst length multiplier per failed probe in a row (1: no backoff, the original).
+    pub backoff: f64,
+    /// Longest burst the backoff and the probe-cost rule may reach (never below `ar_burst`).
+    pub max_burst: usize,
+    /// Live ratio: a burst is long enough that the measured loss of a probe over plain
+    /// decoding is at most this fraction of the burst's time (0: off).
+    pub probe_budget: f64,
 }
+
+/// Spec steps in a row (the probe included) after which speculation that falls below
+/// break-even again counts as having held: the next burst starts over from `ar_burst`.
+/// Shorter, it was a lucky probe and the backoff goes on.
+pub const SUSTAINED: usize = 4;
 
 impl Default for PolicyConfig {
     fn default() -> Self {
@@ -80,6 +105,9 @@ impl Default for PolicyConfig {
             time_alpha: 0.2,
             ar_burst: 40,
             calibrate: true,
+            backoff: 2.0,
+            max_burst: 640,
+            probe_budget: 0.02,
         }
     }
 }
@@ -101,8 +129,8 @@ pub enum Reason {
     Calibrate,
     /// The acceptance EMA is at or above break-even.
     AboveBreakEven,
-    /// Inside a plain burst (`left` steps remain after this one).
-    Burst { left: usize },
+    /// Inside a plain burst of `len` steps (`left` steps remain after this one).
+    Burst { left: usize, len: usize },
     /// The first spec step after a burst.
     Probe,
 }
@@ -130,7 +158,7 @@ impl std::fmt::Display for PolicyEvent {
             Reason::Start => "start".to_string(),
             Reason::Calibrate => "measure the plain step".to_string(),
             Reason::AboveBreakEven => "above break-even".to_string(),
-            Reason::Burst { left } => format!("burst, {left} left"),
+            Reason::Burst { left, len } => format!("burst of {len}, {left} left"),
             Reason::Probe => "probe".to_string(),
         };
         let ema = self
@@ -157,9 +185,19 @@ fn ema(old: Option<f64>, x: f64, alpha: f64) -> f64 {
 pub struct AdaptivePolicy {
     cfg: PolicyConfig,
     accept: Option<f64>,
+    /// Steady spec steps (not probes).
     spec_time: Option<f64>,
+    /// Probes: the first spec step after a burst, with the switch cost it carries.
+    probe_time: Option<f64>,
     plain_time: Option<f64>,
     burst_left: usize,
+    /// Length of the current (or last) burst.
+    burst_len: usize,
+    /// Failed probes in a row (the backoff exponent).
+    fails: u32,
+    /// Spec steps since the last probe (the probe included); None when speculation did not
+    /// start from a probe.
+    run: Option<usize>,
     /// The next spec step is the probe after a burst.
     probing: bool,
     /// The calibration step was issued (or is not wanted).
@@ -174,8 +212,12 @@ impl AdaptivePolicy {
             cfg,
             accept: None,
             spec_time: None,
+            probe_time: None,
             plain_time: None,
             burst_left: 0,
+            burst_len: 0,
+            fails: 0,
+            run: None,
             probing: false,
             calibrated,
             step: 0,
@@ -191,11 +233,44 @@ impl AdaptivePolicy {
         match self.cfg.ratio {
             Ratio::Disabled => 0.0,
             Ratio::Fixed(r) => r,
-            Ratio::Live { initial } => match (self.spec_time, self.plain_time) {
-                (Some(s), Some(p)) if p > 0.0 => s / p,
-                _ => initial,
-            },
+            Ratio::Live { initial } => {
+                match (self.spec_time.or(self.probe_time), self.plain_time) {
+                    (Some(s), Some(p)) if p > 0.0 => s / p,
+                    _ => initial,
+                }
+            }
         }
+    }
+
+    /// Failed probes in a row.
+    pub fn failed_probes(&self) -> u32 {
+        self.fails
+    }
+
+    /// The length of the current (or last) burst.
+    pub fn burst_len(&self) -> usize {
+        self.burst_len
+    }
+
+    /// The length of a burst starting now: `ar_burst · backoff^fails`, at least long enough
+    /// for the probe-cost rule (live ratio), at most `max_burst`.
+    fn next_burst(&self) -> usize {
+        let base = self.cfg.ar_burst as f64 * self.cfg.backoff.max(1.0).powi(self.fails as i32);
+        let mut n = base;
+        if let (Ratio::Live { .. }, Some(t), Some(p), Some(a)) = (
+            self.cfg.ratio,
+            self.probe_time.or(self.spec_time),
+            self.plain_time,
+            self.accept,
+        ) && self.cfg.probe_budget > 0.0
+            && p > 0.0
+        {
+            // A probe's loss over plain decoding of the same tokens, in plain steps.
+            let loss = t / p - (1.0 + a);
+            n = n.max(loss / self.cfg.probe_budget);
+        }
+        let cap = self.cfg.max_burst.max(self.cfg.ar_burst) as f64;
+        n.min(cap).ceil() as usize
     }
 
     /// Break-even acceptance: `margin · (r − 1)`.
@@ -227,6 +302,7 @@ impl AdaptivePolicy {
                 Decision::Plain,
                 Reason::Burst {
                     left: self.burst_left,
+                    len: self.burst_len,
                 },
             )
         } else if self.probing {
@@ -251,20 +327,34 @@ impl AdaptivePolicy {
     /// A spec step accepted `accepted` drafts in `secs` (the whole step: draft, verify,
     /// rollback). Starts a burst when the EMA falls below break-even.
     pub fn observe_spec(&mut self, accepted: usize, secs: f64) {
-        self.spec_time = Some(ema(self.spec_time, secs, self.cfg.time_alpha));
-        let alpha = if self.probing {
+        let probe = std::mem::replace(&mut self.probing, false);
+        let alpha = if probe {
+            self.probe_time = Some(ema(self.probe_time, secs, self.cfg.time_alpha));
             self.cfg.probe_alpha
         } else {
+            self.spec_time = Some(ema(self.spec_time, secs, self.cfg.time_alpha));
             self.cfg.accept_alpha
         };
-        self.probing = false;
-        self.accept = Some(ema(self.accept, accepted as f64, alpha));
-        if self.cfg.ratio != Ratio::Disabled
-            && self.accept.unwrap() < self.a_min()
-            && self.cfg.ar_burst > 0
-        {
-            self.burst_left = self.cfg.ar_burst;
+        let accept = ema(self.accept, accepted as f64, alpha);
+        self.accept = Some(accept);
+        if probe {
+            self.run = Some(0);
         }
+        if let Some(r) = &mut self.run {
+            *r += 1;
+        }
+        if self.cfg.ratio == Ratio::Disabled || self.cfg.ar_burst == 0 || accept >= self.a_min() {
+            return;
+        }
+        // Below break-even. A probe that failed, or speculation that did not last after one
+        // (a lucky probe), backs the next probe off; speculation that held, or the first
+        // spec steps, start over from `ar_burst`.
+        self.fails = match self.run.take() {
+            Some(r) if r < SUSTAINED => self.fails.saturating_add(1),
+            _ => 0,
+        };
+        self.burst_len = self.next_burst();
+        self.burst_left = self.burst_len;
     }
 
     /// A plain step (one token, features captured) took `secs`.
@@ -297,10 +387,12 @@ mod tests {
             .collect()
     }
 
-    /// The original's behaviour: no calibration step.
+    /// The original's behaviour: no calibration step, fixed-length bursts.
     fn original() -> PolicyConfig {
         PolicyConfig {
             calibrate: false,
+            backoff: 1.0,
+            probe_budget: 0.0,
             ..Default::default()
         }
     }
@@ -343,7 +435,8 @@ mod tests {
             assert_eq!(
                 ev.reason,
                 Reason::Burst {
-                    left: burst - 1 - i
+                    left: burst - 1 - i,
+                    len: burst
                 }
             );
             p.observe_plain(0.010);
@@ -428,8 +521,8 @@ mod tests {
                 e.to_string()
             })
             .collect();
-        assert!(evs[0].contains("plain (burst, 2 left)"), "{}", evs[0]);
-        assert!(evs[2].contains("plain (burst, 0 left)"), "{}", evs[2]);
+        assert!(evs[0].contains("plain (burst of 3, 2 left)"), "{}", evs[0]);
+        assert!(evs[2].contains("plain (burst of 3, 0 left)"), "{}", evs[2]);
         assert!(evs[3].contains("spec (probe)"), "{}", evs[3]);
     }
 
@@ -451,9 +544,11 @@ mod tests {
         let ev = p.decide();
         assert_eq!((ev.decision, ev.reason), (Decision::Spec, Reason::Start));
         p.observe_spec(acc, spec_s);
-        // r = 7.08, a_min = 4.87 > 2: a burst right after the first spec step.
+        // r = 7.08, a_min = 4.87 > 2: a burst right after the first spec step, long enough
+        // that the next probe's loss (7.083 − 3 plain steps) is 2 % of it: 205 steps.
         assert!((p.a_min() - 0.8 * (spec_s / plain_s - 1.0)).abs() < 1e-9);
-        let d = drive(&mut p, 40, spec_s, plain_s, acc);
+        assert_eq!(p.burst_len(), 205);
+        let d = drive(&mut p, 205, spec_s, plain_s, acc);
         assert!(d.iter().all(|&x| x == Decision::Plain), "{d:?}");
         assert_eq!(p.decide().reason, Reason::Probe);
 
@@ -473,5 +568,157 @@ mod tests {
         let mut p = AdaptivePolicy::new(PolicyConfig::default());
         p.observe_plain(plain_s);
         assert_eq!(p.decide().reason, Reason::Start);
+    }
+
+    /// Steps of a simulated run: `(decision, seconds, tokens)`; the spec step accepts
+    /// `acc(rng)` drafts.
+    fn simulate(
+        p: &mut AdaptivePolicy,
+        n: usize,
+        spec_s: f64,
+        plain_s: f64,
+        acc: &mut dyn FnMut() -> usize,
+    ) -> Vec<(Decision, f64, usize)> {
+        (0..n)
+            .map(|_| match p.decide().decision {
+                Decision::Spec => {
+                    let a = acc();
+                    p.observe_spec(a, spec_s);
+                    (Decision::Spec, spec_s, 1 + a)
+                }
+                Decision::Plain => {
+                    p.observe_plain(plain_s);
+                    (Decision::Plain, plain_s, 1)
+                }
+            })
+            .collect()
+    }
+
+    /// Tokens per second of a simulated run over plain decoding's.
+    fn speed_vs_plain(steps: &[(Decision, f64, usize)], plain_s: f64) -> f64 {
+        let secs: f64 = steps.iter().map(|s| s.1).sum();
+        let tokens: usize = steps.iter().map(|s| s.2).sum();
+        tokens as f64 / secs * plain_s
+    }
+
+    /// The H200 prose case: a 16-row verify step of 30 ms against a 9.2 ms plain step, mean
+    /// accepted length 2.7 (1.7 drafts: the replay profile's geometric cut over 15 drafts).
+    /// Speculation loses there (2.7 tokens per 30 ms = 11.1 ms/token): in steady state at least
+    /// 95 % of the steps are plain and the run is within 2 % of plain decoding's speed.
+    #[test]
+    fn prose_on_a_costly_verify_stays_plain() {
+        use crate::util::rng::Rng;
+        let alpha = crate::spec::replay::solve_alpha(2.7, 15) as f32;
+        let mut rng = Rng::new(5);
+        let mut geometric = move || {
+            let mut a = 0;
+            while a < 15 && rng.uniform() < alpha {
+                a += 1;
+            }
+            a
+        };
+        let (spec_s, plain_s) = (0.030, 0.0092);
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let steps = simulate(&mut p, 5000, spec_s, plain_s, &mut geometric);
+        let steady = &steps[500..];
+        let plain = steady.iter().filter(|s| s.0 == Decision::Plain).count();
+        let frac = plain as f64 / steady.len() as f64;
+        let speed = speed_vs_plain(&steps, plain_s);
+        eprintln!("prose: {frac:.4} of the steady steps plain, {speed:.4} of plain speed");
+        assert!(frac >= 0.95, "{frac:.3} of the steady steps plain");
+        assert!(speed >= 0.98, "{speed:.3} of plain speed");
+
+        // Always 1 accepted draft: every probe fails, the bursts double up to the cap: 63
+        // (the probe-cost rule: (3.26 − 2) / 2 %), 80, 160, 320, 640, 640, 640.
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let steps = simulate(&mut p, 3000, spec_s, plain_s, &mut || 1);
+        let spec = steps.iter().filter(|s| s.0 == Decision::Spec).count();
+        assert_eq!(spec, 8, "spec steps in 3000");
+        assert_eq!(p.burst_len(), 640);
+        assert!(speed_vs_plain(&steps, plain_s) >= 0.995);
+    }
+
+    /// The code profile on the same costs: 7 of 15 drafts accepted per step pays (8 tokens
+    /// per 30 ms): after the calibration step, every step speculates.
+    #[test]
+    fn code_profile_speculates() {
+        let (spec_s, plain_s) = (0.030, 0.0092);
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let steps = simulate(&mut p, 500, spec_s, plain_s, &mut || 7);
+        assert_eq!(steps[0].0, Decision::Plain, "calibration");
+        assert!(steps[1..].iter().all(|s| s.0 == Decision::Spec));
+        assert!(speed_vs_plain(&steps, plain_s) > 2.4);
+    }
+
+    /// Failed probes in a row double the burst up to `max_burst`; speculation that holds for
+    /// `SUSTAINED` steps after a probe resets it, a lucky probe does not.
+    #[test]
+    fn backoff_doubles_after_failed_probes_and_resets_when_speculation_holds() {
+        let mut p = AdaptivePolicy::new(PolicyConfig {
+            ratio: Ratio::Fixed(3.0),
+            ar_burst: 5,
+            max_burst: 30,
+            ..PolicyConfig::default()
+        });
+        // a_min = 1.6. The start fails: a burst of 5; then every probe fails.
+        let mut bursts = Vec::new();
+        for _ in 0..6 {
+            assert_eq!(p.decide().decision, Decision::Spec);
+            p.observe_spec(0, 0.03);
+            bursts.push(p.burst_len());
+            let len = p.burst_len();
+            let d = drive(&mut p, len, 0.03, 0.01, 0);
+            assert!(d.iter().all(|&x| x == Decision::Plain));
+        }
+        assert_eq!(bursts, vec![5, 10, 20, 30, 30, 30]);
+        assert_eq!(p.failed_probes(), 5);
+        // A lucky probe (EMA 0 → 2.0) then one poor step (2.0 → 1.4 < 1.6): still backed off.
+        assert_eq!(p.decide().reason, Reason::Probe);
+        p.observe_spec(4, 0.03);
+        assert_eq!(p.decide().reason, Reason::AboveBreakEven);
+        p.observe_spec(0, 0.03);
+        assert_eq!((p.failed_probes(), p.burst_len()), (6, 30));
+        drive(&mut p, 30, 0.03, 0.01, 0);
+        // The text turns predictable: speculation holds, then fades: back to 5.
+        assert_eq!(p.decide().reason, Reason::Probe);
+        p.observe_spec(6, 0.03);
+        let d = drive(&mut p, SUSTAINED, 0.03, 0.01, 3);
+        assert!(d.iter().all(|&x| x == Decision::Spec));
+        // EMA 3.17 → 2.22 → 1.55: the second poor step starts a burst, of 5 again.
+        let d = drive(&mut p, 2, 0.03, 0.01, 0);
+        assert_eq!(d, vec![Decision::Spec, Decision::Spec]);
+        assert_eq!((p.failed_probes(), p.burst_len()), (0, 5));
+        assert_eq!(p.decide().decision, Decision::Plain);
+    }
+
+    /// A live ratio prices the probe: a burst is long enough that the measured probe's loss
+    /// over plain decoding is `probe_budget` of it (here (10 − 1) plain steps / 2 % = 450).
+    #[test]
+    fn measured_probe_cost_lengthens_the_burst() {
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        let d = simulate(&mut p, 2, 0.1, 0.01, &mut || 0);
+        assert_eq!((d[0].0, d[1].0), (Decision::Plain, Decision::Spec));
+        assert_eq!(p.burst_len(), 450);
+        // The budget off: the seed's 40.
+        let mut p = AdaptivePolicy::new(PolicyConfig {
+            probe_budget: 0.0,
+            ..PolicyConfig::default()
+        });
+        simulate(&mut p, 2, 0.1, 0.01, &mut || 0);
+        assert_eq!(p.burst_len(), 40);
+        // Probes keep their own time EMA (the switch cost they carry); the steady one sets
+        // the ratio once it exists.
+        let mut p = AdaptivePolicy::new(PolicyConfig {
+            ratio: Ratio::Live { initial: 1.9 },
+            ar_burst: 2,
+            ..original()
+        });
+        p.observe_plain(0.01);
+        p.decide();
+        p.observe_spec(0, 0.02);
+        drive(&mut p, 2, 0.02, 0.01, 0);
+        assert_eq!(p.decide().reason, Reason::Probe);
+        p.observe_spec(0, 0.05);
+        assert!((p.ratio() - 2.0).abs() < 1e-9, "{}", p.ratio());
     }
 }

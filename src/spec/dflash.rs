@@ -34,7 +34,7 @@ use crate::backend::{Backend, StateDecl, StatesId};
 use crate::model::Qwen35;
 use crate::model::draft::convert::{OutType, convert_dflash};
 use crate::model::draft::{
-    DFlash, DraftParts, DraftSession, FeatureDtype, FeatureRing, context_features,
+    DFlash, DraftOut, DraftParts, DraftSession, FeatureDtype, FeatureRing, context_features,
 };
 use crate::model::session::StepOutput;
 use crate::util::rng::Rng;
@@ -384,7 +384,12 @@ impl Drafter for DFlashDrafter {
     fn propose(&mut self, env: &mut DraftEnv<'_>, req: &DraftRequest) -> Result<Draft, SpecError> {
         // A greedy chain needs only the proposals (and confidences): the block's logits stay
         // on the device. Sampling draws from them.
-        let (out, n) = self.run_draft(env, req, !req.sampling.is_greedy())?;
+        let kind = if req.sampling.is_greedy() {
+            DraftOut::Tokens
+        } else {
+            DraftOut::Logits
+        };
+        let (out, n) = self.run_draft(env, req, kind)?;
         let n = self.gate_chain(&out, n);
         if req.sampling.is_greedy() {
             return Ok(Draft::greedy(out.tokens[..n].to_vec()));
@@ -400,6 +405,15 @@ impl Drafter for DFlashDrafter {
     /// Top-k of each block row's logits (the DSpark-corrected ones when the head is on). The
     /// block is drafted in one parallel forward, so a position's candidates do not depend on
     /// the tokens before it: one list per depth serves every branch of the tree.
+    ///
+    /// The top-k and each row's log-softmax normaliser are computed on the device
+    /// ([`DraftOut::TopK`]): only `k + 1` values per row come back, not the `[B−1, vocab]`
+    /// logits (15 MB at a 248k vocab, then a host top-k over every row: ~40 ms per tree
+    /// round on the H200 against ~5 ms for a chain draft). On the CPU backend the values are
+    /// those of [`super::top_logprobs`] bit for bit (same selection order for distinct values,
+    /// same normaliser code). A GPU sums the normaliser as a tree, the CPU in index order:
+    /// at a 248k vocab they differ by ~1e-5 relative (a shift of every log-prob of that
+    /// depth; the candidates and their order within a depth are the same).
     fn propose_topk(
         &mut self,
         env: &mut DraftEnv<'_>,
@@ -408,29 +422,36 @@ impl Drafter for DFlashDrafter {
     ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
         // A tree has its own budget: no gate, and its commit labels nothing.
         self.last = None;
-        let (out, n) = self.run_draft(env, req, true)?;
-        let vocab = env.target.cfg.vocab;
-        if out.logits.len() < n * vocab {
+        let k = k.clamp(1, env.target.cfg.vocab);
+        let (out, n) = self.run_draft(env, req, DraftOut::TopK(k))?;
+        if out.topk_values.len() < n * k
+            || out.topk_indices.len() < n * k
+            || out.logsumexp.len() < n
+        {
             return Err(drafter_err(format!(
-                "{} logits for {n} positions over a vocab of {vocab}",
-                out.logits.len()
+                "top-{k} of {} values, {} indices, {} normalisers for {n} positions",
+                out.topk_values.len(),
+                out.topk_indices.len(),
+                out.logsumexp.len()
             )));
         }
-        let rows: Vec<(&[f32], u32)> = out
-            .logits
-            .chunks_exact(vocab)
-            .take(n)
-            .zip(out.tokens.iter().copied())
-            .collect();
-        Ok(super::par_rows(&rows, |&(row, tok)| {
-            let mut c = super::top_logprobs(row, k.max(1));
-            // The chain's token leads (equal to the argmax but for exact ties).
-            if let Some(i) = c.iter().position(|(t, _)| *t == tok) {
-                let e = c.remove(i);
-                c.insert(0, e);
-            }
-            c
-        }))
+        Ok((0..n)
+            .zip(&out.tokens)
+            .map(|(r, &tok)| {
+                let lse = out.logsumexp[r];
+                let mut c: Vec<(u32, f32)> = out.topk_indices[r * k..(r + 1) * k]
+                    .iter()
+                    .zip(&out.topk_values[r * k..(r + 1) * k])
+                    .map(|(&i, &v)| (i, v - lse))
+                    .collect();
+                // The chain's token leads (equal to the argmax but for exact ties).
+                if let Some(i) = c.iter().position(|(t, _)| *t == tok) {
+                    let e = c.remove(i);
+                    c.insert(0, e);
+                }
+                c
+            })
+            .collect())
     }
 }
 
@@ -489,13 +510,13 @@ impl DFlashDrafter {
         }
     }
 
-    /// Runs the draft graph for `req`: the block's output (with its logits when `logits`) and
+    /// Runs the draft graph for `req`: the block's output (with the extra outputs `kind`) and
     /// how many proposals to use.
     fn run_draft(
         &mut self,
         env: &mut DraftEnv<'_>,
         req: &DraftRequest,
-        logits: bool,
+        kind: DraftOut,
     ) -> Result<(crate::model::draft::DraftOutput, usize), SpecError> {
         let bsz = self.model.cfg.block_size;
         let p = self.parts()?;
@@ -513,7 +534,7 @@ impl DFlashDrafter {
         };
         let out = grown
             .and_then(|()| self.ring.read(from, end))
-            .and_then(|feats| ds.draft_with(&feats, req.root, logits));
+            .and_then(|feats| ds.draft_out(&feats, req.root, kind));
         self.parts = Some(ds.into_parts());
         let out = out?;
 

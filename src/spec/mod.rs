@@ -29,7 +29,9 @@ pub mod testing;
 pub mod tree;
 
 pub use chain::{Accept, ChainRound, Rollback, RollbackMode, chain_round, chain_round_with};
-pub use generate::{SpecConfig, SpecMode, SpecOutput, StepKind, StepStats, generate_spec, prefill};
+pub use generate::{
+    SpecConfig, SpecMode, SpecOutput, StepKind, StepStats, TimeSplit, generate_spec, prefill,
+};
 pub use sample::Sampling;
 
 use crate::backend::{Backend, WeightsId};
@@ -236,8 +238,7 @@ pub trait Drafter {
 /// The `k` best entries of a logits row as (index, log-softmax), best first (ties: lower
 /// index first).
 pub fn top_logprobs(row: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f32>().ln();
+    let lse = crate::util::log_sum_exp(row);
     let mut idx: Vec<u32> = (0..row.len() as u32).collect();
     let k = k.min(row.len());
     let by = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
@@ -251,27 +252,6 @@ pub fn top_logprobs(row: &[f32], k: usize) -> Vec<(u32, f32)> {
         .collect()
 }
 
-/// `f` of every item, in order, spread over the machine's cores: a tree draft ranks the top
-/// tokens of up to 15 rows of 248k logits, ~2 ms of host work a row on one core.
-pub(crate) fn par_rows<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if items.len() < 2 || threads < 2 {
-        return items.iter().map(f).collect();
-    }
-    let per = items.len().div_ceil(threads);
-    let f = &f;
-    std::thread::scope(|sc| {
-        let parts: Vec<_> = items
-            .chunks(per)
-            .map(|part| sc.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
-    })
-}
-
 /// Builds the environment for a drafter call from a session.
 pub(crate) fn env<'s, 'a>(s: &'s mut crate::model::Session<'a>) -> DraftEnv<'s> {
     let target = s.model();
@@ -280,25 +260,5 @@ pub(crate) fn env<'s, 'a>(s: &'s mut crate::model::Session<'a>) -> DraftEnv<'s> 
         backend: s.backend(),
         target,
         target_weights,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{par_rows, top_logprobs};
-
-    #[test]
-    fn par_rows_keeps_the_order_and_the_values() {
-        let rows: Vec<Vec<f32>> = (0..13)
-            .map(|r| {
-                (0..1000)
-                    .map(|i| ((i * 7919 + r * 31) % 997) as f32 * 0.01)
-                    .collect()
-            })
-            .collect();
-        let serial: Vec<_> = rows.iter().map(|r| top_logprobs(r, 5)).collect();
-        assert_eq!(par_rows(&rows, |r| top_logprobs(r, 5)), serial);
-        assert_eq!(par_rows(&rows[..1], |r| top_logprobs(r, 5)), serial[..1]);
-        assert!(par_rows(&rows[..0], |r| top_logprobs(r, 5)).is_empty());
     }
 }

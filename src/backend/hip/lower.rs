@@ -780,6 +780,21 @@ pub(super) fn node(
                 ],
             )
         }
+        Op::LogSumExp => {
+            let x = inp(0);
+            let (rows, v) = (x.shape[0], x.shape[1]);
+            if rows == 0 {
+                return Ok(());
+            }
+            launch(
+                be,
+                "select",
+                "logsumexp_f32",
+                [blocks(rows as u64, 1), 1, 1],
+                256,
+                &[p_in(0), p_out(0), u32_of(v)?],
+            )
+        }
         Op::TopK { k } => {
             let x = inp(0);
             let (rows, v, k) = (x.shape[0], x.shape[1], *k);

@@ -707,6 +707,20 @@ impl Ctx<'_> {
                     groups,
                 );
             }
+            Op::LogSumExp => {
+                let s = shape(ins[0]);
+                let (n, w) = (s[0], s[1]);
+                if n > 65535 {
+                    return Err(unsupported(op, "more than 65535 rows"));
+                }
+                let (x, out) = (self.res(ins[0]), self.res(outs[0]));
+                self.step(
+                    ShaderKey::new("lse"),
+                    p(&[u(n)?, u(w)?]),
+                    vec![x, out],
+                    [1, u(n)?, 1],
+                );
+            }
             Op::ArgMax | Op::TopK { .. } => {
                 let s = shape(ins[0]);
                 let (n, w) = (s[0], s[1]);

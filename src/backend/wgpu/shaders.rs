@@ -33,6 +33,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("gdn", include_str!("../../../shaders/gdn.wgsl")),
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("select", include_str!("../../../shaders/select.wgsl")),
+    ("lse", include_str!("../../../shaders/lse.wgsl")),
     ("dflash2", include_str!("../../../shaders/dflash2.wgsl")),
     ("quantize", include_str!("../../../shaders/quantize.wgsl")),
     ("qkprep", include_str!("../../../shaders/qkprep.wgsl")),
@@ -49,6 +50,7 @@ pub const WRITES_BEFORE_READS: &[&str] = &[
     "matmul_tiled",
     "norm",
     "select",
+    "lse",
     "copy",
     "gdn",
     "quantize",
@@ -642,6 +644,7 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     for merge in [false, true] {
         v.push(ShaderKey::new("select").flag_if(merge, "MERGE"));
     }
+    v.push(ShaderKey::new("lse"));
     v
 }
 

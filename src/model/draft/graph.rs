@@ -27,6 +27,20 @@ use crate::graph::{AttnParams, Graph, GraphBuilder, TensorId};
 use crate::model::ModelError;
 use crate::tensor::DType;
 
+/// What a draft graph returns besides the proposals (and the confidence logits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DraftOut {
+    /// The block's logits (`draft_logits`; DSpark: `markov_logits.{i}`).
+    Logits,
+    /// Nothing more: a greedy chain needs only the proposals.
+    Tokens,
+    /// The `k` best entries of every block row's logits (the DSpark-corrected ones with its
+    /// head) and their log-softmax normalisers, computed on the device: `topk_values` f32
+    /// `[B−1, k]`, `topk_indices` i32 `[B−1, k]`, `logsumexp` f32 `[B−1]`. A tree's
+    /// candidates without reading the `[B−1, vocab]` logits back.
+    TopK(usize),
+}
+
 /// Graph-building context shared with the DFlash2 graph (`super::dflash2`).
 pub(super) struct Ctx<'a> {
     pub(super) w: &'a WeightStore,
@@ -126,6 +140,24 @@ impl DFlash {
         cap: usize,
         logits_out: bool,
     ) -> Result<Graph, ModelError> {
+        let out = if logits_out {
+            DraftOut::Logits
+        } else {
+            DraftOut::Tokens
+        };
+        self.draft_graph_out(weights, tc, cap, out)
+    }
+
+    /// [`DFlash::draft_graph`] with the extra outputs `out` (the computation is the same node
+    /// for node: the proposals are identical whatever `out`).
+    pub fn draft_graph_out(
+        &self,
+        weights: &WeightStore,
+        tc: usize,
+        cap: usize,
+        out: DraftOut,
+    ) -> Result<Graph, ModelError> {
+        let logits_out = out == DraftOut::Logits;
         let c = &self.cfg;
         c.check_supported()?;
         if c.dflash2.is_some() {
@@ -206,6 +238,8 @@ impl DFlash {
             let am = cx.b.argmax(logits)?;
             cx.b.output("draft_tokens", am)?;
         }
+        // The rows whose top-k a tree asks for: the backbone's, or the Markov-corrected ones.
+        let mut corrected_rows = Vec::new();
         if let Some(d) = &c.dspark {
             // The Markov chain, left to right from the seed (block row 0):
             // corrected_i = U_i + W2 · W1[x_{i−1}],  x_i = argmax(corrected_i).
@@ -224,6 +258,7 @@ impl DFlash {
                 if logits_out {
                     cx.b.output(&format!("markov_logits.{i}"), corrected)?;
                 }
+                corrected_rows.push(corrected);
                 cx.b.output(&format!("markov_token.{i}"), x)?;
                 if i + 2 < bsz {
                     e = cx.b.embed(w1, x)?;
@@ -241,6 +276,19 @@ impl DFlash {
                 }
                 cx.b.output("confidence_logit", z)?;
             }
+        }
+        if let DraftOut::TopK(k) = out {
+            let rows = if corrected_rows.is_empty() {
+                logits
+            } else {
+                cx.b.concat(&corrected_rows)?
+            };
+            let k = k.clamp(1, cx.b.tensor(rows).shape[1]);
+            let (v, i) = cx.b.top_k(rows, k)?;
+            let lse = cx.b.log_sum_exp(rows)?;
+            cx.b.output("topk_values", v)?;
+            cx.b.output("topk_indices", i)?;
+            cx.b.output("logsumexp", lse)?;
         }
         Ok(cx.b.build())
     }

@@ -17,6 +17,7 @@ mod session;
 pub mod synth;
 
 pub use config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
+pub use graph::DraftOut;
 pub use ring::{FeatureDtype, FeatureRing};
 pub use session::{DraftOutput, DraftParts, DraftSession, context_features};
 

@@ -2,7 +2,7 @@
 //! compiled draft graphs cached by the number of appended rows.
 
 use super::DFlash;
-use super::graph::state_decls;
+use super::graph::{DraftOut, state_decls};
 use crate::backend::{Backend, ExecId, HostData, StatesId, WeightsId};
 use crate::model::session::StepOutput;
 use crate::model::{ModelError, Qwen35};
@@ -17,6 +17,11 @@ pub struct DraftOutput {
     pub tokens: Vec<u32>,
     /// DSpark: the backbone's logits before the Markov correction (`logits` are corrected).
     pub raw_logits: Vec<f32>,
+    /// [`DraftOut::TopK`]: the `k` best values and indices of every row, `[B−1, k]`, and each
+    /// row's log-softmax normaliser `[B−1]` (empty otherwise).
+    pub topk_values: Vec<f32>,
+    pub topk_indices: Vec<u32>,
+    pub logsumexp: Vec<f32>,
     /// DSpark confidence per proposal, `sigmoid(w · [h_i ; W1[x_{i−1}]] + b)` (uncalibrated).
     pub confidence: Vec<f32>,
     /// The same before the sigmoid, `w · [h_i ; W1[x_{i−1}]] + b` (what calibration rescales).
@@ -31,8 +36,8 @@ pub struct DraftParts {
     vocab: usize,
     cap: usize,
     n_ctx: usize,
-    /// Compiled draft graphs by (appended rows, whether they output the logits).
-    execs: HashMap<(usize, bool), ExecId>,
+    /// Compiled draft graphs by (appended rows, extra outputs).
+    execs: HashMap<(usize, DraftOut), ExecId>,
 }
 
 impl DraftParts {
@@ -57,8 +62,8 @@ pub struct DraftSession<'a> {
     cap: usize,
     /// Context rows committed so far (cache rows `0 .. n_ctx`).
     n_ctx: usize,
-    /// Compiled draft graphs by (appended rows, whether they output the logits).
-    execs: HashMap<(usize, bool), ExecId>,
+    /// Compiled draft graphs by (appended rows, extra outputs).
+    execs: HashMap<(usize, DraftOut), ExecId>,
 }
 
 impl<'a> DraftSession<'a> {
@@ -119,6 +124,22 @@ impl<'a> DraftSession<'a> {
         last: u32,
         logits: bool,
     ) -> Result<DraftOutput, ModelError> {
+        let out = if logits {
+            DraftOut::Logits
+        } else {
+            DraftOut::Tokens
+        };
+        self.draft_out(feats, last, out)
+    }
+
+    /// [`DraftSession::draft`] with the extra outputs `out` ([`DraftOut::TopK`]: the rows'
+    /// top-k and normalisers instead of the logits).
+    pub fn draft_out(
+        &mut self,
+        feats: &[f32],
+        last: u32,
+        kind: DraftOut,
+    ) -> Result<DraftOutput, ModelError> {
         let c = &self.model.cfg;
         let width = c.feature_width();
         if !feats.len().is_multiple_of(width) {
@@ -142,14 +163,14 @@ impl<'a> DraftSession<'a> {
                 vocab: self.vocab,
             });
         }
-        let exe = match self.execs.get(&(tc, logits)) {
+        let exe = match self.execs.get(&(tc, kind)) {
             Some(e) => *e,
             None => {
                 let g = self
                     .model
-                    .draft_graph_with(&self.store, tc, self.cap, logits)?;
+                    .draft_graph_out(&self.store, tc, self.cap, kind)?;
                 let e = self.backend.compile(&g)?;
-                self.execs.insert((tc, logits), e);
+                self.execs.insert((tc, kind), e);
                 e
             }
         };
@@ -184,6 +205,12 @@ impl<'a> DraftSession<'a> {
                 conf_logit = t.to_f32()?;
             } else if name.starts_with("markov_logits.") {
                 markov_logits.extend(t.to_f32()?);
+            } else if name == "topk_values" {
+                out.topk_values = t.to_f32()?;
+            } else if name == "topk_indices" {
+                out.topk_indices = t.to_i32().into_iter().map(|v| v as u32).collect();
+            } else if name == "logsumexp" {
+                out.logsumexp = t.to_f32()?;
             } else if name.starts_with("markov_token.") {
                 markov_tokens.extend(t.to_i32().into_iter().map(|v| v as u32));
             }

@@ -416,6 +416,14 @@ pub fn run_node(
             dflash2::selector_walk(&walk, tokens, scores);
             Ok(())
         }
+        Op::LogSumExp => {
+            let (_, width) = ins.rows_cols(0)?;
+            let out = one_out(op, outs)?;
+            for (row, o) in ins.f32(0)?.chunks_exact(width.max(1)).zip(out) {
+                *o = crate::util::log_sum_exp(row);
+            }
+            Ok(())
+        }
         Op::TopK { k } => {
             let (_, width) = ins.rows_cols(0)?;
             let (values, indices) = two_outs(op, outs)?;
