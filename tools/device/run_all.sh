@@ -74,11 +74,8 @@ fi
 if want hip; then
     step 60 "$ds" bench bandwidth --backend hip:cuda --mib 2048
     step 90 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 64 --bw-mib 2048 --json
-    step 60 env DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 48 --bw-mib 64 --json
     for rows in 8 16 32; do
         step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-        # The dp4a GEMV instead of the matrix-core tile (hip/qmma.hip, default on NVIDIA).
-        step 90 env DELTASPEC_HIP_QGEMV_MMA=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
     done
     # A/B: fragment-ordered activations for the matrix-core tile (off by default).
     for rows in 8 16 32; do
@@ -86,7 +83,6 @@ if want hip; then
     done
     step 60 env DELTASPEC_HIP_QMMA_XLAYOUT=1 DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
     step 60 env DELTASPEC_HIP_FUSION=all "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
-    step 90 env DELTASPEC_HIP_QGEMV_MMA=0 DELTASPEC_HIP_FUSION=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
 fi
