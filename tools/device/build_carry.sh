@@ -11,7 +11,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-$root/carry}"
 cd "$root"
-tests=(${TESTS:-hip_build hip_ops hip_graph hip_fused tree_ops draft_gpu dflash2_ops spec_tree wgpu_ops wgpu_model wgpu_gemv})
+tests=(${TESTS:-hip_build hip_ops hip_graph hip_fused tree_ops draft_gpu dflash2_ops spec_tree hip_spec_graphs wgpu_ops wgpu_model wgpu_gemv})
 test_args=()
 for t in "${tests[@]}"; do test_args+=(--test "$t"); done
 

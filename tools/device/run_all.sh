@@ -63,7 +63,7 @@ done
 if want tests; then
     export DELTASPEC_REQUIRE_GPU=1 RUST_BACKTRACE=1
     step 30 "$bin/hip_build" --test-threads=1
-    for t in hip_ops hip_graph hip_fused tree_ops draft_gpu dflash2_ops spec_tree wgpu_ops wgpu_model wgpu_gemv; do
+    for t in hip_ops hip_graph hip_fused tree_ops draft_gpu dflash2_ops spec_tree hip_spec_graphs wgpu_ops wgpu_model wgpu_gemv; do
         # cli_* tests run the deltaspec binary from the build tree, which is not there.
         [ -x "$bin/$t" ] && step 120 "$bin/$t" --test-threads=2 --skip cli_
     done
@@ -110,8 +110,10 @@ if want spec; then
         step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
             --spec "$mode" --replay-profile code -n 128 --tree-budget 16
     done
-    step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
-        --spec adaptive --replay-profile prose -n 128
+    for mode in adaptive off; do
+        step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
+            --spec $mode --replay-profile prose -n 128
+    done
     for prof in code:chain prose:adaptive; do
         step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
             --spec "${prof#*:}" --replay-profile "${prof%:*}" -n 128
