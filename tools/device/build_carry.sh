@@ -47,7 +47,7 @@ done <"$json.list"
 rm -f "$json.list"
 tests+=(kernels)
 [ "$found" -eq "${#tests[@]}" ] || { echo "build_carry.sh: expected ${#tests[@]} test binaries, found $found" >&2; exit 1; }
-cp target/release/deltaspec "$out/deltaspec"
+cp "${CARGO_TARGET_DIR:-target}/release/deltaspec" "$out/deltaspec"
 cp tools/device/run_hip.sh "$out/run_hip.sh"
 if command -v strip >/dev/null 2>&1; then
     strip --strip-all "$out/deltaspec" "${tests[@]/#/$out/}"
