@@ -41,7 +41,7 @@ if want llama && [ -f "$root/llcpp/llama.cpp.tar.xz" ]; then
         cd "$work" && tar xJf "$root/llcpp/llama.cpp.tar.xz" && cd llama.cpp &&
             cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
                 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-                -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release >"$work/llama-cmake.log" 2>&1 &&
+                -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_TYPE=Release >"$work/llama-cmake.log" 2>&1 &&
             nice -n 10 cmake --build build --target llama-bench -j 13 >"$work/llama-build.log" 2>&1
         echo "llama build exit $?" >>"$work/llama-build.log"
     ) &
