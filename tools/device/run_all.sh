@@ -67,7 +67,7 @@ if want tests; then
         # cli_* tests run the deltaspec binary from the build tree, which is not there.
         [ -x "$bin/$t" ] && step 120 "$bin/$t" --test-threads=2 --skip cli_
     done
-    step 200 env DELTASPEC_HIP_QMMA_XLAYOUT=1 "$bin/hip_fused" --test-threads=2 matrix_core norms_feeding
+    step 200 env DELTASPEC_HIP_QMMA_XLAYOUT=0 "$bin/hip_fused" --test-threads=2 matrix_core norms_feeding
     unset DELTASPEC_REQUIRE_GPU
 fi
 
@@ -77,11 +77,10 @@ if want hip; then
     for rows in 8 16 32; do
         step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
     done
-    # A/B: fragment-ordered activations for the matrix-core tile (off by default).
+    # A/B: plain activation rows for the matrix-core tile (fragment order is the default).
     for rows in 8 16 32; do
-        step 60 env DELTASPEC_HIP_QMMA_XLAYOUT=1 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
+        step 60 env DELTASPEC_HIP_QMMA_XLAYOUT=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
     done
-    step 60 env DELTASPEC_HIP_QMMA_XLAYOUT=1 DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
     step 60 env DELTASPEC_HIP_FUSION=all "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
