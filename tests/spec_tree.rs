@@ -98,6 +98,57 @@ fn tree_verify_rows_equal_chain_verify_of_their_paths_wgpu() {
     tree_logits_equal_path_logits("wgpu", 1e-4);
 }
 
+/// wgpu verifies at the reserved width (`Backend::prefers_fixed_verify_width`): a tree padded
+/// with copies of its last row gives the same logits, and after a commit the same states, bit
+/// for bit, as the tree at its own width.
+#[test]
+fn padded_tree_verify_equals_exact_width_wgpu() {
+    let Some(mut be) = open("wgpu") else {
+        return;
+    };
+    let m = load("tiny-c");
+    let vocab = m.cfg.vocab;
+    let mut rng = Rng::new(7);
+    let prompt: Vec<u32> = (0..5).map(|_| rng.below(vocab) as u32).collect();
+    let tokens: Vec<u32> = (0..PARENTS.len())
+        .map(|_| rng.below(vocab) as u32)
+        .collect();
+    let ctx = prompt.len() + PARENTS.len() + 1;
+    let mut run = |reserve: usize, keep: usize| {
+        let mut s = Session::new(&m, be.as_mut(), ctx).unwrap();
+        s.reserve_tree_rows(reserve).unwrap();
+        s.forward(&prompt, &all_logits()).unwrap();
+        let out = s.forward_tree(&tokens, PARENTS, &all_logits()).unwrap();
+        s.commit_tree(&path(PARENTS, keep)).unwrap();
+        let mut states = Vec::new();
+        for (i, kind) in m.cfg.layers.iter().enumerate() {
+            let names = match kind {
+                LayerKind::Attention => {
+                    [deltaspec::state::k_cache(i), deltaspec::state::v_cache(i)]
+                }
+                LayerKind::DeltaNet => [
+                    deltaspec::state::conv_state(i),
+                    deltaspec::state::ssm_state(i),
+                ],
+            };
+            for st in names {
+                states.push((st.clone(), s.read_state(&st).unwrap()));
+            }
+        }
+        (out, states)
+    };
+    for keep in [PARENTS.len() - 1, 6] {
+        let (exact, exact_states) = run(PARENTS.len(), keep);
+        let (padded, padded_states) = run(PARENTS.len() + 5, keep);
+        assert_eq!(padded.rows, PARENTS.len());
+        assert_eq!(padded.argmax, exact.argmax);
+        assert!(padded.logits == exact.logits, "keep {keep}: logits differ");
+        for ((name, a), (_, b)) in exact_states.iter().zip(&padded_states) {
+            assert!(a == b, "keep {keep}: state {name} differs");
+        }
+    }
+}
+
 #[test]
 fn committed_tree_path_equals_target_on_the_path() {
     let m = load("tiny-c");

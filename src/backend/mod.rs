@@ -115,6 +115,16 @@ pub struct StatesId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ExecId(pub u32);
 
+/// Whether speculative steps on `be` run at fixed widths
+/// ([`Backend::prefers_fixed_step_widths`]); `DELTASPEC_VERIFY_PAD=1` or `0` forces it on or off.
+pub fn fixed_step_widths(be: &dyn Backend) -> bool {
+    match std::env::var("DELTASPEC_VERIFY_PAD").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => be.prefers_fixed_step_widths(),
+    }
+}
+
 /// A graph lowering and its device resources.
 pub trait Backend {
     /// Short name, e.g. `cpu`, `wgpu (NVIDIA H200)`.
@@ -168,6 +178,16 @@ pub trait Backend {
             }
         }
         Ok(())
+    }
+
+    /// Whether speculative steps should run at fixed widths, padding the rows with copies of
+    /// their last row: a verify ([`crate::model::Session::forward_tree`]) at its reserved width,
+    /// a DFlash drafter's context append at the block size. One compiled graph instead of one
+    /// per width. True where compiling a graph costs far more than the padded rows (wgpu:
+    /// pipelines, bind groups and buffers per graph, up to a second each on the H200 when a
+    /// new width shows up mid-generation). See [`fixed_step_widths`] for the override.
+    fn prefers_fixed_step_widths(&self) -> bool {
+        false
     }
 
     /// Validates and plans a graph for repeated runs.

@@ -266,11 +266,37 @@ impl<'a> Session<'a> {
             )));
         }
         let (depth, mask) = tree_layout(parents)?;
-        let exe = self.exec(t, opts, self.tree_rows)?;
+        // Padded to the reserved width where the backend prefers one graph for every verify.
+        let w = if self.fixed_verify_width() {
+            self.tree_rows
+        } else {
+            t
+        };
+        let exe = self.exec(w, opts, self.tree_rows)?;
         let base = self.pos as i32;
-        let ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
-        let pos: Vec<i32> = depth.iter().map(|&d| base + d as i32).collect();
-        let kv_rows: Vec<i32> = (0..t as i32).map(|i| base + i).collect();
+        let mut ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
+        let mut pos: Vec<i32> = depth.iter().map(|&d| base + d as i32).collect();
+        let mut kv_rows: Vec<i32> = (0..t as i32).map(|i| base + i).collect();
+        let mut par = parents.to_vec();
+        let mask = if w > t {
+            // Rows t.. are copies of the last row: same token, position, parent, visible rows
+            // and cache row. Every op is per row, so they compute that row's values bit for
+            // bit and write the same K/V to its cache row; their per-row DeltaNet states land
+            // in the unused rows t.. of the per-row buffers, and their outputs are dropped.
+            let last = t - 1;
+            ids.resize(w, ids[last]);
+            pos.resize(w, pos[last]);
+            kv_rows.resize(w, kv_rows[last]);
+            par.resize(w, par[last]);
+            let mut m = vec![0i32; w * w];
+            for i in 0..w {
+                let src = i.min(last);
+                m[i * w..i * w + t].copy_from_slice(&mask[src * t..(src + 1) * t]);
+            }
+            m
+        } else {
+            mask
+        };
         let outs = self.backend.run(
             exe,
             self.weights,
@@ -279,11 +305,30 @@ impl<'a> Session<'a> {
                 ("ids", HostData::I32(ids)),
                 ("pos", HostData::I32(pos)),
                 ("kv_rows", HostData::I32(kv_rows)),
-                ("parent", HostData::I32(parents.to_vec())),
+                ("parent", HostData::I32(par)),
                 ("mask", HostData::I32(mask)),
             ],
         )?;
-        Self::output(outs, opts, t)
+        let mut out = Self::output(outs, opts, w)?;
+        if w > t {
+            if opts.logits == LogitRows::All {
+                let vocab = self.model.cfg.vocab;
+                out.rows = t;
+                out.logits.truncate(t * vocab);
+                out.argmax.truncate(t);
+            }
+            let width = self.model.cfg.hidden;
+            for (_, h) in &mut out.hidden {
+                h.truncate(t * width);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether verifies run at the reserved width ([`Session::forward_tree`], see
+    /// [`crate::backend::fixed_step_widths`]).
+    pub fn fixed_verify_width(&self) -> bool {
+        crate::backend::fixed_step_widths(&*self.backend)
     }
 
     /// Commits the rows `path` of the last [`Session::forward_tree`] (a root-to-node path:

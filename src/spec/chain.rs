@@ -119,14 +119,19 @@ impl Rollback {
         rows: &[u32],
         opts: &GraphOptions,
     ) -> Result<crate::model::session::StepOutput, SpecError> {
-        if rows.len() == 1 {
-            return Ok(s.forward(rows, opts)?);
-        }
-        if self.mode == RollbackMode::PerTokenStates {
+        if self.tree_verify(s, rows.len()) {
             let parents: Vec<i32> = (0..rows.len() as i32).map(|i| i - 1).collect();
             return Ok(s.forward_tree(rows, &parents, opts)?);
         }
         Ok(s.forward(rows, opts)?)
+    }
+
+    /// Whether a verify of `rows` rows goes through [`Session::forward_tree`] (per-token
+    /// states). A lone root does too where verifies run at one fixed width (wgpu): that graph
+    /// is compiled already, a 1-row graph with every row's logits would be one more.
+    fn tree_verify(&self, s: &Session<'_>, rows: usize) -> bool {
+        self.mode == RollbackMode::PerTokenStates
+            && (rows > 1 || (s.tree_rows() >= rows && s.fixed_verify_width()))
     }
 
     /// After [`Rollback::verify`] of `rows` from position `base`: keeps the first `keep`.
@@ -137,7 +142,7 @@ impl Rollback {
         rows: &[u32],
         keep: usize,
     ) -> Result<(), SpecError> {
-        if rows.len() > 1 && self.mode == RollbackMode::PerTokenStates {
+        if self.tree_verify(s, rows.len()) {
             let path: Vec<usize> = (0..keep).collect();
             s.commit_tree(&path)?;
         } else if keep < rows.len() {

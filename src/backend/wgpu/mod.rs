@@ -524,6 +524,10 @@ impl WgpuBackend {
 }
 
 impl Backend for WgpuBackend {
+    fn prefers_fixed_step_widths(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> String {
         // The matmul activations too: benchmark reports must say which path they measured.
         let mm = if self.opts.int8() { "int8" } else { "f32" };

@@ -163,23 +163,38 @@ impl<'a> DraftSession<'a> {
                 vocab: self.vocab,
             });
         }
-        let exe = match self.execs.get(&(tc, kind)) {
+        // Where the backend prefers fixed widths, the usual appends (1 .. B rows: a round's
+        // accepted rows) are padded to B rows with copies of the last one: same features and
+        // cache row, so the same K/V written to it (every op on context rows is per row). One
+        // graph instead of one per accepted length; longer appends (the prompt) stay exact.
+        let w = if tc > 0 && tc < bsz && crate::backend::fixed_step_widths(&*self.backend) {
+            bsz
+        } else {
+            tc
+        };
+        let exe = match self.execs.get(&(w, kind)) {
             Some(e) => *e,
             None => {
-                let g = self
-                    .model
-                    .draft_graph_out(&self.store, tc, self.cap, kind)?;
+                let g = self.model.draft_graph_out(&self.store, w, self.cap, kind)?;
                 let e = self.backend.compile(&g)?;
-                self.execs.insert((tc, kind), e);
+                self.execs.insert((w, kind), e);
                 e
             }
         };
         let mut inputs: Vec<(&str, HostData)> = Vec::new();
         if tc > 0 {
-            let cpos = (self.n_ctx..start).map(|p| p as i32).collect();
-            inputs.push(("feat", HostData::F32(feats.to_vec())));
+            let mut cpos: Vec<i32> = (self.n_ctx..start).map(|p| p as i32).collect();
+            let mut feat = feats.to_vec();
+            if w > tc {
+                cpos.resize(w, (start - 1) as i32);
+                let last = feats[(tc - 1) * width..].to_vec();
+                for _ in tc..w {
+                    feat.extend_from_slice(&last);
+                }
+            }
+            inputs.push(("feat", HostData::F32(feat)));
             inputs.push(("cpos", HostData::I32(cpos)));
-            let zeros = vec![0.0f32; tc * c.n_heads * c.head_dim];
+            let zeros = vec![0.0f32; w * c.n_heads * c.head_dim];
             inputs.push(("cq", HostData::F32(zeros)));
         }
         let mut ids = vec![c.mask_token_id as i32; bsz];
