@@ -417,56 +417,6 @@ fn $F_qitem(ro: u32, s: u32) -> QItem {
     return QItem(lo, hi, vec3<f32>(dl, dl, 0.0));
 }
 
-//! IQ4_XS q8 byte table
-// The nibble section's decode through a table indexed by a whole qs byte (both nibbles) per
-// byte position p: IQ4B_KW[256p + b] = (kv[b & 15] << 8p, kv[b >> 4] << 8p), so a qs word is
-// four 8-byte loads or-ed, giving its low-nibble (x) and high-nibble (y) words at once (4 loads
-// and 6 ors per word against 8 loads, 8 extracts and 6 ors). 8 KiB, filled by every workgroup
-// and spliced once per kernel (every weight of a GEMV has one type). A warp's random bytes
-// meet bank conflicts the 16-entry table never has (8-byte entries: about 6 passes per load
-// against 1), so which wins is a device measurement (`DELTASPEC_WGPU_IQ4_TABLE=byte`); the
-// int8 words are the same, so the sums are identical.
-var<workgroup> IQ4B_KW: array<vec2<u32>, 1024>;
-fn IQ4B_init(tid: u32) {
-    // WG is a multiple of 16, so entry i = tid + k·WG has low nibble tid & 15 for every k.
-    // W0 is the first weight of the kernel (an IQ4_XS one, so its kvb is spliced).
-    let lo = W0_kvb(tid & 15u);
-    for (var i = tid; i < 1024u; i += WG) {
-        IQ4B_KW[i] = vec2<u32>(lo, W0_kvb((i >> 4u) & 15u)) << vec2<u32>(8u * (i >> 8u));
-    }
-}
-// The low- and high-nibble words of qs word q.
-fn IQ4B_kw4(q: u32) -> vec2<u32> {
-    let a = IQ4B_KW[q & 0xffu] | IQ4B_KW[256u + ((q >> 8u) & 0xffu)];
-    let b = IQ4B_KW[512u + ((q >> 16u) & 0xffu)] | IQ4B_KW[768u + (q >> 24u)];
-    return a | b;
-}
-
-//! IQ4_XS q8 byte
-// Per weight: the first one spliced fills the shared table (the generator says which), the others
-// read it.
-fn $F_qinit(tid: u32) {
-    if $LEAD {
-        IQ4B_init(tid);
-    }
-}
-fn $F_qitem(ro: u32, s: u32) -> QItem {
-    let b = (ro >> 2u) + (s >> 3u) * 34u;
-    let ib = s & 7u;
-    let q0 = b + 2u + 4u * ib;
-    let h = $W[b];
-    let l = $W[b + 1u];
-    let q = vec4<u32>($W[q0], $W[q0 + 1u], $W[q0 + 2u], $W[q0 + 3u]);
-    let ls = (l >> (4u * ib)) & 0xfu;
-    let hs = (h >> (16u + 2u * ib)) & 3u;
-    let dl = $F_h2f(h & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
-    let w0 = IQ4B_kw4(q.x);
-    let w1 = IQ4B_kw4(q.y);
-    let w2 = IQ4B_kw4(q.z);
-    let w3 = IQ4B_kw4(q.w);
-    return QItem(vec4<u32>(w0.x, w1.x, w2.x, w3.x), vec4<u32>(w0.y, w1.y, w2.y, w3.y), vec3<f32>(dl, dl, 0.0));
-}
-
 //! Q4_K q8
 fn $F_qinit(tid: u32) {}
 fn $F_qitem(ro: u32, s: u32) -> QItem {

@@ -92,8 +92,7 @@ if want wgpu; then
     step 120 env DELTASPEC_WGPU_GEMV_UNROLL=1 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
     step 90 "$ds" bench decode --model "$iq4" --backend wgpu -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend wgpu -n 16 --bw-mib 64
-    # A/B: the byte-indexed IQ4_XS grid table, and one workgroup per norm row.
-    step 120 env DELTASPEC_WGPU_IQ4_TABLE=byte "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
+    # A/B: one workgroup per norm row.
     step 120 env DELTASPEC_WGPU_NORM_PART=0 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
 fi
 

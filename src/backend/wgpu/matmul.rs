@@ -225,7 +225,12 @@ impl Ctx<'_> {
             qout,
         } = epi;
         let items = k / shaders::item_elems(t);
-        let shape = shaders::gemv_shape(n, items);
+        let rows = if pair {
+            segs[0].rows
+        } else {
+            segs.iter().map(|s| s.rows).sum()
+        };
+        let shape = shaders::gemv_shape_for(n, items, rows);
         let rw = if pair { shape.r / 2 } else { shape.r } as usize;
         let mut params = vec![u(op, n)?, u(op, k)?, u(op, rb)?, 0];
         let mut first = 0usize;
@@ -373,7 +378,7 @@ impl Ctx<'_> {
         m: usize,
     ) -> Option<[Res; 4]> {
         let widest = *GEMV_BUCKETS.last().expect("buckets") as usize;
-        let rw = shaders::gemv_shape(n, k / shaders::item_elems(t)).r as usize / 2;
+        let rw = shaders::gemv_shape_for(n, k / shaders::item_elems(t), m).r as usize / 2;
         if !self.int8_applies(t, n, k) || n > widest || 32 % rw.max(1) != 0 {
             return None;
         }

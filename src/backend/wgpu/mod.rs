@@ -143,6 +143,26 @@ pub struct WgpuBackend {
     execs: Vec<Exec>,
 }
 
+/// `DELTASPEC_WGPU_SUBMIT_CHUNK=C`: a graph run submits its first C dispatches as soon as they
+/// are encoded, then chunks of 2C, 4C, … (the host's encoding, a few µs per dispatch inside
+/// wgpu, overlaps the GPU's work instead of preceding all of it). Unset or 0: one submission.
+fn submit_chunk() -> Option<usize> {
+    static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("DELTASPEC_WGPU_SUBMIT_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&c: &usize| c > 0)
+    })
+}
+
+/// `DELTASPEC_WGPU_HOST_TIME=1`: every graph run prints the host time spent encoding and
+/// submitting its dispatches, and the whole run's, to stderr.
+fn host_timing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DELTASPEC_WGPU_HOST_TIME").is_ok_and(|v| v == "1"))
+}
+
 fn storage_usage() -> wgpu::BufferUsages {
     wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
 }
@@ -910,23 +930,46 @@ impl Backend for WgpuBackend {
             }
         }
         let groups = &e.bind_cache[&key];
+        let host = host_timing().then(std::time::Instant::now);
+        let mut encode = std::time::Duration::ZERO;
         let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("graph"),
-                timestamp_writes: None,
-            });
-            if let Some(t) = &e.timer {
-                t.mark(&mut pass, 0);
-            }
-            for (i, (d, bg)) in e.dispatches.iter().zip(groups).enumerate() {
-                pass.set_pipeline(&d.pipe.pipeline);
-                pass.set_bind_group(0, bg, &[]);
-                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
-                if let Some(t) = &e.timer {
-                    t.mark(&mut pass, i + 1);
+        // The dispatches in chunks, each submitted as soon as it is encoded, so the GPU runs
+        // one chunk while the host encodes the next ([`submit_chunk`]); one chunk by default.
+        let n_disp = e.dispatches.len();
+        let mut chunk = submit_chunk().unwrap_or(n_disp).max(1);
+        let mut start = 0;
+        loop {
+            let end = (start + chunk).min(n_disp);
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("graph"),
+                    timestamp_writes: None,
+                });
+                if start == 0
+                    && let Some(t) = &e.timer
+                {
+                    t.mark(&mut pass, 0);
+                }
+                for i in start..end {
+                    let (d, bg) = (&e.dispatches[i], &groups[i]);
+                    pass.set_pipeline(&d.pipe.pipeline);
+                    pass.set_bind_group(0, bg, &[]);
+                    pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    if let Some(t) = &e.timer {
+                        t.mark(&mut pass, i + 1);
+                    }
                 }
             }
+            if end >= n_disp {
+                break;
+            }
+            let t = std::time::Instant::now();
+            q.submit([enc.finish()]);
+            encode += t.elapsed();
+            enc = self.gpu.device.create_command_encoder(&Default::default());
+            start = end;
+            // Later chunks grow: the GPU is busy with the earlier ones.
+            chunk *= 2;
         }
         if let Some(t) = &e.timer {
             t.resolve(&mut enc);
@@ -951,6 +994,7 @@ impl Backend for WgpuBackend {
             enc.copy_buffer_to_buffer(src, 0, &e.staging, *off, n);
         }
         q.submit([enc.finish()]);
+        let submitted = host.map(|t| t.elapsed());
         let bytes = if total > 0 {
             self.map_read(&e.staging, total)?
         } else {
@@ -961,6 +1005,15 @@ impl Backend for WgpuBackend {
             self.take_errors()?;
             Vec::new()
         };
+        if let (Some(t0), Some(sub)) = (host, submitted) {
+            eprintln!(
+                "wgpu host: {n_disp} dispatches, encoded and submitted in {:.0} us (of which \
+                 intermediate submits {:.0} us), run {:.0} us",
+                sub.as_secs_f64() * 1e6,
+                encode.as_secs_f64() * 1e6,
+                t0.elapsed().as_secs_f64() * 1e6
+            );
+        }
         if let Some(t) = &e.timer {
             let labels: Vec<String> = e.dispatches.iter().map(|d| d.label.clone()).collect();
             t.record(

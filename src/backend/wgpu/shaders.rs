@@ -157,39 +157,13 @@ fn dequant_section(name: &str) -> Option<&'static str> {
     Some(&rest[..end])
 }
 
-/// The IQ4_XS int8 decode's grid table: per nibble (64 words, the default) or per whole qs
-/// byte (`DELTASPEC_WGPU_IQ4_TABLE=byte`: section "IQ4_XS q8 byte", 8 KiB). Both give the
-/// same int8 words, so results are identical; which is faster is a device measurement.
-pub fn iq4_byte_table() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("DELTASPEC_WGPU_IQ4_TABLE").is_ok_and(|v| v == "byte"))
-}
-
-/// Flag of a GEMV key whose IQ4_XS int8 items use the byte table ([`iq4_byte_table`]).
-pub const IQ4_BYTE: &str = "IQ4_BYTE";
-
-/// The int8 work item of type `t` (section "<type> q8", or "<type> q8 byte" under the
-/// [`IQ4_BYTE`] flag) for `buffer`.
-fn splice_dequant8(buffer: &str, t: DType, flags: &[&str], out: &mut String) -> Result<(), String> {
+/// The int8 work item of type `t` (section "<type> q8") for `buffer`.
+fn splice_dequant8(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
     if !INT8_TYPES.contains(&t) {
         return Err(format!("no int8 work item for {t}"));
     }
-    let byte = t == DType::Iq4Xs && flags.contains(&IQ4_BYTE);
-    let name = format!("{} q8{}", t.name(), if byte { " byte" } else { "" });
+    let name = format!("{} q8", t.name());
     let body = dequant_section(&name).ok_or_else(|| format!("dequant.wgsl lacks '{name}'"))?;
-    let mut body = body.to_string();
-    if byte {
-        // One table per kernel (every weight of a GEMV has one type): the first weight
-        // spliced brings it and fills it, the others only read it.
-        let first = !out.contains("var<workgroup> IQ4B_KW");
-        if first {
-            let table = format!("{name} table");
-            out.push_str(
-                dequant_section(&table).ok_or_else(|| format!("dequant.wgsl lacks '{table}'"))?,
-            );
-        }
-        body = body.replace("$LEAD", if first { "true" } else { "false" });
-    }
     out.push_str(&body.replace("$W", buffer).replace("$F", buffer));
     Ok(())
 }
@@ -270,7 +244,7 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                     .find(|(b, _)| *b == buf)
                     .ok_or_else(|| format!("{}: no weight type given for {buf}", key.file))?;
                 if int8 {
-                    splice_dequant8(buf, *ty, &key.flags, &mut out)?;
+                    splice_dequant8(buf, *ty, &mut out)?;
                 } else {
                     splice_dequant(buf, *ty, &mut out)?;
                 }
@@ -420,6 +394,52 @@ pub fn gemv_shape(n: usize, items: usize) -> GemvShape {
     GemvShape { nt, r, wg, u }
 }
 
+/// [`gemv_shape`] for a dispatch of `rows` weight rows in all (output rows of a gate/up
+/// pair). `DELTASPEC_WGPU_GEMV_FEW=w<WG>r<R>u<U>` (e.g. `w128r4u1`) overrides the shape of
+/// dispatches of at most `DELTASPEC_WGPU_GEMV_FEW_ROWS` (default 8192) rows: the 5120-row
+/// matrices of the 27B model (down, ssm_out, o_proj) fill the GPU with few warps in the
+/// default shape. R applies only to 1- and 2-row inputs. An A/B switch: the workgroup size
+/// sets a row's summation order, which depends only on the weight shape, never on N.
+pub fn gemv_shape_for(n: usize, items: usize, rows: usize) -> GemvShape {
+    let mut s = gemv_shape(n, items);
+    if let Some((wg, r, u)) = gemv_few()
+        && rows <= gemv_few_rows()
+    {
+        s.wg = wg;
+        s.u = u;
+        if s.nt <= 2 {
+            s.r = r;
+        }
+    }
+    s
+}
+
+/// The parsed `DELTASPEC_WGPU_GEMV_FEW` override `(WG, R, U)`, if set and valid.
+fn gemv_few() -> Option<(u32, u32, u32)> {
+    static V: std::sync::OnceLock<Option<(u32, u32, u32)>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| parse_gemv_few(&std::env::var("DELTASPEC_WGPU_GEMV_FEW").ok()?))
+}
+
+fn gemv_few_rows() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("DELTASPEC_WGPU_GEMV_FEW_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(8192)
+    })
+}
+
+/// `w<WG>r<R>u<U>` with WG in [`GEMV_WGS`], R in 2, 4, 8 and U in 1, 2, 4.
+pub fn parse_gemv_few(v: &str) -> Option<(u32, u32, u32)> {
+    let rest = v.strip_prefix('w')?;
+    let (wg, rest) = rest.split_once('r')?;
+    let (r, u) = rest.split_once('u')?;
+    let (wg, r, u) = (wg.parse().ok()?, r.parse().ok()?, u.parse().ok()?);
+    (GEMV_WGS.contains(&wg) && [2, 4, 8].contains(&r) && [1, 2, 4].contains(&u))
+        .then_some((wg, r, u))
+}
+
 /// The GEMV kernel for weights of type `t`: `segs` weights (1..=4) into as many outputs, or a
 /// gate/up pair with SwiGLU folded in (`pair`, two weights, one output).
 pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: bool) -> ShaderKey {
@@ -433,8 +453,7 @@ pub fn gemv_key(t: DType, s: GemvShape, sg: bool, xv4: bool, segs: usize, pair: 
         .c("SEGS", segs.max(1) as u32)
         .flag_if(sg, "SG")
         .flag_if(xv4, "XV4")
-        .flag_if(pair, "PAIR")
-        .flag_if(t == DType::Iq4Xs && iq4_byte_table(), IQ4_BYTE);
+        .flag_if(pair, "PAIR");
     for (i, (flag, buf)) in [("", "W0"), ("SEG2", "W1"), ("SEG3", "W2"), ("SEG4", "W3")]
         .into_iter()
         .enumerate()
@@ -555,18 +574,6 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                         v.push(gemv_key(t, shape, sg, true, segs, false).flag("Q8"));
                     }
                     v.push(gemv_key(t, shape, sg, true, 2, true).flag("Q8"));
-                    if t == DType::Iq4Xs {
-                        v.push(
-                            gemv_key(t, shape, sg, true, 2, true)
-                                .flag("Q8")
-                                .flag(IQ4_BYTE),
-                        );
-                        v.push(
-                            gemv_key(t, shape, sg, true, 4, false)
-                                .flag("Q8")
-                                .flag(IQ4_BYTE),
-                        );
-                    }
                     v.push(
                         gemv_key(t, shape, sg, true, 2, true)
                             .flag("Q8")
@@ -818,6 +825,11 @@ mod tests {
         let s = gemv_shape(3, 544);
         assert_eq!((s.nt, s.r, s.wg), (4, 2, 64));
         assert_eq!(gemv_shape(8, 4096).wg, 256);
+        assert_eq!(parse_gemv_few("w128r4u1"), Some((128, 4, 1)));
+        assert_eq!(parse_gemv_few("w256r2u2"), Some((256, 2, 2)));
+        assert_eq!(parse_gemv_few("w100r4u1"), None);
+        assert_eq!(parse_gemv_few("w64r3u1"), None);
+        assert_eq!(parse_gemv_few("128"), None);
     }
 
     /// `dot4I8Packed` becomes SPIR-V's OpSDot where the device has integer dot products (wgpu
