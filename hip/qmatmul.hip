@@ -55,6 +55,25 @@ struct IQ8_0 {  // {f16 d; i8 qs[32]}
     }
 };
 
+// Q8_0 regrouped at upload (the hip backend's DELTASPEC_HIP_Q8_REGROUP): each run of 16 blocks
+// {f16 d; i8 qs[32]} of a row stored as the 16 scales, then the 16 qs arrays (544 bytes, as
+// before; rows of K % 512 == 0 keep every qs array 32-byte aligned). A lane then reads its
+// item's 32 values with two aligned 16-byte loads instead of nine 4-byte loads at a 2-byte
+// offset: a warp's load of 32 consecutive 34-byte blocks touched ~9 lines per instruction,
+// ~81 L1 passes per row and item round against ~19 here. Same values, same order: same bits.
+struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
+    static constexpr u32 QK = 512, QB = 544, UMAX = 4;
+    static constexpr bool NOMIN = true;
+    DEV void deq(const u8* blk, u32 ib, QItem& it) {
+        it.s0 = it.s1 = load_f16(blk + 2 * ib);
+        it.m = 0.0f;
+        const u32x4 a = *(const u32x4*)(blk + 32 + 32 * ib);
+        const u32x4 b = *(const u32x4*)(blk + 48 + 32 * ib);
+        it.w[0] = a.x, it.w[1] = a.y, it.w[2] = a.z, it.w[3] = a.w;
+        it.w[4] = b.x, it.w[5] = b.y, it.w[6] = b.z, it.w[7] = b.w;
+    }
+};
+
 struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // UMAX: U = 2 and 4 measured no faster on the H200 (r1u2/r2u2 with iq4_words: 9.0-9.3 ms
     // against 8.8 ms a step).
@@ -172,6 +191,9 @@ constexpr u32 qgemv_unroll(u32 nt, u32 r, u32 umax) {
     return u < umax ? u : umax;
 }
 
+constexpr i32 QG_BIAS_BITS = 0x4B400000;  // 12582912.0f: integers near it are exact
+constexpr float QG_BIAS = 12582912.0f;
+
 // One decoded 32-value item of R weight rows against NT activation rows (block s of each row).
 // NOMIN: the type has no block minimum (m = 0), so `+ m · xs` is skipped and XS is not read. That
 // leaves every bit unchanged: the term is ±0, which changes e only from -0 to +0, and the sum
@@ -187,15 +209,22 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
         const float xd = XD[xb], xs = NOMIN ? 0.0f : XS[xb];
 #pragma unroll
         for (u32 r = 0; r < R; ++r) {
-            i32 s0 = dot4_i8(it[r].w[0], a.x, 0);
+            // The sums accumulate onto the bits of 1.5 · 2^23, so that the float of a sum is
+            // one subtraction instead of an int → float conversion (a quarter-rate instruction
+            // on NVIDIA, two per row pair and item: at 8 input rows the conversions alone took
+            // as many issue cycles as the dot products). Exact, as the conversion: |sum| ≤
+            // 16 · 128 · 127 < 2^22 (hip/qmma.hip's QM_BIAS uses the same identity).
+            i32 s0 = dot4_i8(it[r].w[0], a.x, QG_BIAS_BITS);
             s0 = dot4_i8(it[r].w[1], a.y, s0);
             s0 = dot4_i8(it[r].w[2], a.z, s0);
             s0 = dot4_i8(it[r].w[3], a.w, s0);
-            i32 s1 = dot4_i8(it[r].w[4], b.x, 0);
+            i32 s1 = dot4_i8(it[r].w[4], b.x, QG_BIAS_BITS);
             s1 = dot4_i8(it[r].w[5], b.y, s1);
             s1 = dot4_i8(it[r].w[6], b.z, s1);
             s1 = dot4_i8(it[r].w[7], b.w, s1);
-            const float e = xd * (it[r].s0 * (float)s0 + it[r].s1 * (float)s1);
+            const float f0 = __builtin_bit_cast(float, s0) - QG_BIAS;
+            const float f1 = __builtin_bit_cast(float, s1) - QG_BIAS;
+            const float e = xd * (it[r].s0 * f0 + it[r].s1 * f1);
             acc[r][t] += NOMIN ? e : e + it[r].m * xs;
         }
     }
@@ -335,6 +364,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
 // Every weight type with an integer path: X(name, struct).
 #define DS_FOR_EACH_QTYPE(X) \
     X(q8_0, IQ8_0)           \
+    X(q8_0g, IQ8_0G)         \
     X(q4_k, IQ4_K)           \
     X(q5_k, IQ5_K)           \
     X(q6_k, IQ6_K)           \
@@ -387,4 +417,24 @@ DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
     DS_QGEMV_WIDE(name, Q, 16, 2)   \
     DS_QGEMV_WIDE(name, Q, 16, 4)
 DS_FOR_EACH_QTYPE(DS_QGEMV_WIDE_TYPE)
+
+// The fused launches with a wide tile's rows per warp: qgemv4_<type>_<NT>x<R> (R weight rows of
+// one segment per warp) and qgemv_glu_<type>_<NT>x<R> (R / 2 gate/up row pairs per warp). Every
+// row is accumulated as in the R = qgemv_rows(NT) kernels, so results are bit-identical; the
+// fused groups of a tile with a wide variant then keep its shared activation loads (a drafter's
+// 8-row q/k/v and gate/up groups ran the 2-row kernels). Mirrored by kernels::QGEMV_FUSED_WIDE.
+#define DS_QGEMV_FUSED_WIDE(name, Q, NT, R)                                                                 \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv4_##name##_##NT##x##R(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
+                               const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,            \
+                               const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
+        qgemv_seg<Q, NT, R>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);     \
+    }                                                                                                       \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv_glu_##name##_##NT##x##R(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
+                                  float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                           \
+        qgemv<Q, NT, R, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x() * QG_WARPS + tid_x() / WARP); \
+    }
+#define DS_QGEMV_FUSED_WIDE_TYPE(name, Q) DS_QGEMV_FUSED_WIDE(name, Q, 8, 4)
+DS_FOR_EACH_QTYPE(DS_QGEMV_FUSED_WIDE_TYPE)
 #endif

@@ -324,6 +324,62 @@ fn wide_tiles_can_stay_unfused() {
     }
 }
 
+/// The fused wide kernels (`qgemv4_*_8x4`, `qgemv_glu_*_8x4`, `set_fused_wide`): the 8-row
+/// groups keep the wide tile's rows per warp and give the unfused run's bits, with the fused
+/// launch count, for every int8 type and odd row counts (the gate/up kernel's last warp holds
+/// a partial pair set).
+#[test]
+fn fused_wide_kernels_equal_unfused() {
+    let k = 256;
+    for &dtype in INT8_TYPES {
+        let (Some(mut wide), Some(mut off)) = (gpu("fused_wide", true), gpu("fused_wide", false))
+        else {
+            return;
+        };
+        if !wide.name().starts_with("hip:cuda") {
+            eprintln!(
+                "SKIP fused_wide_kernels_equal_unfused: no wide variants on {}",
+                wide.name()
+            );
+            return;
+        }
+        wide.set_fused_wide(true);
+        let (c_wide, c_off) = (wide.launch_counter(), off.launch_counter());
+        for n in [5, 8] {
+            let (w, g, inputs) = random_case(n, k, dtype);
+            let (a, l_wide) = run(&mut wide, &|| c_wide.get(), &g, &w, &inputs);
+            let (b, _) = run(&mut off, &|| c_off.get(), &g, &w, &inputs);
+            assert_same_bits(&format!("{dtype} n={n}: fused wide vs unfused"), &a, &b);
+            assert_eq!(l_wide, 6, "{dtype} n={n}: fused launches");
+        }
+    }
+}
+
+/// Q8_0 weights regrouped at upload (`set_q8_regroup`: per 16 blocks the scales, then the
+/// values; the `q8_0g` dp4a kernels) give the plain layout's bits at every tile, fused and
+/// unfused, wide and 1-row variants included; a K that is no multiple of 512 keeps the plain
+/// copy.
+#[test]
+fn regrouped_q8_0_equals_the_plain_layout() {
+    for k in [512, 1024, 256] {
+        for fusion in [true, false] {
+            let (Some(mut re), Some(mut plain)) =
+                (gpu("q8_regroup", fusion), gpu("q8_regroup", fusion))
+            else {
+                return;
+            };
+            re.set_q8_regroup(true);
+            re.set_fused_wide(true);
+            for n in [1, 2, 3, 5, 8, 16] {
+                let (w, g, inputs) = random_case(n, k, DType::Q8_0);
+                let (a, _) = run(&mut re, &|| 0, &g, &w, &inputs);
+                let (b, _) = run(&mut plain, &|| 0, &g, &w, &inputs);
+                assert_same_bits(&format!("k={k} n={n} fusion={fusion}"), &a, &b);
+            }
+        }
+    }
+}
+
 /// A norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`):
 /// rms_norm, add_rms_norm (its second output) and gated_rms_norm through a head view, each into
 /// a matmul. Outputs equal the unfused run bit for bit; three `quantize_q8` launches go. On the

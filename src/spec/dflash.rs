@@ -95,6 +95,15 @@ pub fn open_any_with(
 /// Context rows the caches hold at first (they grow by doubling as the context does).
 pub const DEFAULT_CAPACITY: usize = 512;
 
+/// The cache rows to grow to when a draft needs `need` rows and the caches hold `cap`: twice
+/// the old size, and at least 1.5 × `need`. A growth copies every cache through host memory and
+/// recompiles (and re-captures) the draft graphs, which depend on the capacity. Growing to just
+/// `need` after a long first commit (a 1024-row prompt: 1032 rows) left 8 rows of headroom, so
+/// the growth came two rounds later, inside `bench draft`'s timed steps (~30 ms in 16 steps).
+pub fn grown_capacity(need: usize, cap: usize) -> usize {
+    (need + need / 2).max(2 * cap)
+}
+
 /// A DFlash (or DSpark-headed) drafter for one sequence at a time.
 pub struct DFlashDrafter {
     model: DFlash,
@@ -528,7 +537,7 @@ impl DFlashDrafter {
         let end = self.ring.end();
         let need = end + bsz;
         let grown = if need > ds.cap() {
-            ds.reserve(need.max(2 * ds.cap()))
+            ds.reserve(grown_capacity(need, ds.cap()))
         } else {
             Ok(())
         };

@@ -210,7 +210,7 @@ impl Drafter for DFlash2Drafter {
         let end = self.ring.end();
         let need = end + bsz;
         let grown = if need > s.cap() {
-            s.reserve(need.max(2 * s.cap()))
+            s.reserve(super::dflash::grown_capacity(need, s.cap()))
         } else {
             Ok(())
         };

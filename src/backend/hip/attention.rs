@@ -85,9 +85,7 @@ fn splits(
         let groups = p.n_kv_heads * (t * (p.n_heads / p.n_kv_heads.max(1))).div_ceil(NC_QUERIES);
         // About two blocks per multiprocessor, each with at least NC_MIN_CHUNK keys.
         let want = (2 * sms).div_ceil(groups.max(1));
-        return Ok(want
-            .min(span.div_ceil(NC_MIN_CHUNK))
-            .clamp(1, ATTN_MAX_SPLITS));
+        return Ok(nc_splits(want, span, nc_pow2()));
     }
     let max_n = n_all.unwrap_or(cap);
     Ok(if t * p.n_heads >= 4 * sms {
@@ -95,6 +93,31 @@ fn splits(
     } else {
         max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
     })
+}
+
+/// Whether the non-causal split count moves in powers of two (default; `DELTASPEC_HIP_NC_POW2=0`
+/// restores the exact count `min(want, ⌈span / NC_MIN_CHUNK⌉)`).
+fn nc_pow2() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DELTASPEC_HIP_NC_POW2").as_deref() != Ok("0"))
+}
+
+/// The split count of a non-causal attention launch over `span` keys, `want` being the count
+/// that fills the machine. The count is a launch shape and so part of a captured graph's key
+/// ([`launch_key`]): with the exact count `⌈span / NC_MIN_CHUNK⌉` a drafter's graph changed
+/// key every 64 context rows (a direct run and a capture each time, ~every 12 rounds of a
+/// DFlash2 chain). In powers of two (`pow2`), both the span's count and the cap, it changes
+/// only when the span doubles. The kernel derives each split's keys from the positions, so any
+/// count is correct (the partial softmax sums merge in a different order: equal up to rounding).
+fn nc_splits(want: usize, span: usize, pow2: bool) -> usize {
+    let fit = span.div_ceil(NC_MIN_CHUNK).max(1);
+    let want = want.clamp(1, ATTN_MAX_SPLITS);
+    if !pow2 {
+        return want.min(fit);
+    }
+    // The largest power of two ≤ want, and the smallest ≥ fit.
+    let cap = 1usize << (usize::BITS - 1 - want.leading_zeros());
+    fit.next_power_of_two().min(cap)
 }
 
 /// The values of a run that fix its launch shapes beyond the graph's own shapes: the split count
@@ -235,4 +258,35 @@ pub(super) fn lower(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nc_split_counts_change_only_when_the_span_doubles() {
+        // DFlash2 on 132 SMs: 8 groups, want 33.
+        let counts: Vec<usize> = (1..=5000).map(|s| nc_splits(33, s, true)).collect();
+        let mut changes: Vec<usize> = (1..counts.len())
+            .filter(|&i| counts[i] != counts[i - 1])
+            .map(|i| i + 1)
+            .collect();
+        changes.dedup();
+        assert_eq!(changes, [65, 129, 257, 513, 1025]);
+        assert_eq!(counts[0], 1);
+        assert_eq!(counts[4999], 32);
+        // Never more splits than the exact rule's cap, never below one, a power of two.
+        for (span, &n) in (1..).zip(&counts) {
+            assert!(n.is_power_of_two() && n <= 33, "span {span}: {n}");
+            assert!(
+                n >= nc_splits(33, span, false).div_ceil(2),
+                "span {span}: {n}"
+            );
+        }
+        assert_eq!(nc_splits(33, 1100, false), 18);
+        assert_eq!(nc_splits(33, 0, true), 1);
+        assert_eq!(nc_splits(1000, 1 << 20, true), 64);
+        assert_eq!(nc_splits(0, 100, true), 1);
+    }
 }

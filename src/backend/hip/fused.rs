@@ -79,6 +79,7 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         if be.unfused_wide_tiles.contains(&nt)
             && be.qmma_tile(n, suffix).is_none()
             && lower::qgemv_wide(be, nt).is_some()
+            && fused_wide_rows(be, nt).is_none()
         {
             continue;
         }
@@ -172,6 +173,15 @@ pub(super) fn node(
     lower::node(be, env, i, node)
 }
 
+/// Weight rows per warp of the fused wide kernels (`qgemv4_*_<nt>x<r>`, `qgemv_glu_*_<nt>x<r>`)
+/// for tile `nt`, where they are on and the unfused GEMV of the tile is that wide variant.
+fn fused_wide_rows(be: &HipBackend, nt: u32) -> Option<u32> {
+    if !be.fused_wide {
+        return None;
+    }
+    lower::qgemv_wide(be, nt).filter(|&r| kernels::QGEMV_FUSED_WIDE.contains(&(nt, r)))
+}
+
 /// One group: one quantization, then one `qgemv_glu_*` or `qgemv4_*` launch.
 fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
     let g = env.graph;
@@ -186,11 +196,25 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
     };
     let frag = be.qmma_frag() && mma.is_some();
     let [xq, xd, xs] = lower::quantize_input(be, env, first, None, n, k, frag)?;
+    // The dp4a kernels read the members' regrouped Q8_0 copies where all have one.
+    let weights: Vec<_> = grp.members.iter().map(|&i| g.nodes[i].inputs[1]).collect();
+    let regrouped = mma
+        .is_none()
+        .then(|| lower::q8_regrouped(env, suffix, &weights))
+        .flatten();
+    let suffix = if regrouped.is_some() {
+        kernels::Q8_REGROUPED
+    } else {
+        suffix
+    };
+    let wptr = |j: usize| match &regrouped {
+        Some(p) => p[j],
+        None => env.ptr(weights[j]),
+    };
     let nt = kernels::qgemv_tile(n);
     let warps = u64::from(kernels::QGEMV_THREADS / 32);
     let u = |v: usize| u32_arg(be, &first.op, v);
     if let Some(s) = grp.swiglu {
-        let up = &g.nodes[grp.members[1]];
         let m = g.tensor(first.inputs[1]).shape[0];
         // (source, kernel, output columns per block, threads); both take the same arguments.
         let (source, name, cols, threads) = match be.qmma_glu_tile(n, suffix) {
@@ -200,15 +224,26 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
                 u64::from(kernels::QMMA_GLU_COLS),
                 kernels::qmma_threads(t),
             ),
-            None => (
-                "qmatmul",
-                match be.q1_variant(n, true, m) {
-                    Some((_, u)) => format!("qgemv_glu_{suffix}_1u{u}"),
-                    None => format!("qgemv_glu_{suffix}_{nt}"),
-                },
-                warps, // one gate/up row pair per warp
-                kernels::QGEMV_THREADS,
-            ),
+            None => match (be.q1_variant(n, true, m), fused_wide_rows(be, nt)) {
+                (Some((_, u)), _) => (
+                    "qmatmul",
+                    format!("qgemv_glu_{suffix}_1u{u}"),
+                    warps, // one gate/up row pair per warp
+                    kernels::QGEMV_THREADS,
+                ),
+                (None, Some(r)) => (
+                    "qmatmul",
+                    format!("qgemv_glu_{suffix}_{nt}x{r}"),
+                    u64::from(r / 2) * warps, // r / 2 pairs per warp
+                    kernels::QGEMV_THREADS,
+                ),
+                (None, None) => (
+                    "qmatmul",
+                    format!("qgemv_glu_{suffix}_{nt}"),
+                    warps,
+                    kernels::QGEMV_THREADS,
+                ),
+            },
         };
         return launch(
             be,
@@ -217,8 +252,8 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             [blocks(m as u64, cols), 1, 1],
             threads,
             &[
-                Arg::P(env.ptr(first.inputs[1])),
-                Arg::P(env.ptr(up.inputs[1])),
+                Arg::P(wptr(0)),
+                Arg::P(wptr(1)),
                 Arg::P(xq),
                 Arg::P(xd),
                 Arg::P(xs),
@@ -243,14 +278,20 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             u64::from(kernels::QMMA_ROWS),
             kernels::qmma_threads(t),
         ),
-        None => match be.q1_variant(n, false, total_rows) {
-            Some((r, u)) => (
+        None => match (be.q1_variant(n, false, total_rows), fused_wide_rows(be, nt)) {
+            (Some((r, u)), _) => (
                 "qmatmul",
                 format!("qgemv4_{suffix}_1r{r}u{u}"),
                 u64::from(r) * warps,
                 kernels::QGEMV_THREADS,
             ),
-            None => (
+            (None, Some(r)) => (
+                "qmatmul",
+                format!("qgemv4_{suffix}_{nt}x{r}"),
+                u64::from(r) * warps,
+                kernels::QGEMV_THREADS,
+            ),
+            (None, None) => (
                 "qmatmul",
                 format!("qgemv4_{suffix}_{nt}"),
                 u64::from(kernels::qgemv_rows(nt)) * warps,
@@ -258,7 +299,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             ),
         },
     };
-    for chunk in grp.members.chunks(kernels::QGEMV_SEGMENTS) {
+    for (c, chunk) in grp.members.chunks(kernels::QGEMV_SEGMENTS).enumerate() {
         let mut args = Vec::with_capacity(3 * kernels::QGEMV_SEGMENTS + 6);
         let mut grid = 0u64;
         for s in 0..kernels::QGEMV_SEGMENTS {
@@ -267,7 +308,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
                     let m = g.tensor(nd.inputs[1]).shape[0];
                     grid += u64::from(blocks(m as u64, rows_per_block));
                     args.extend([
-                        Arg::P(env.ptr(nd.inputs[1])),
+                        Arg::P(wptr(c * kernels::QGEMV_SEGMENTS + s)),
                         Arg::P(env.ptr(nd.outputs[0])),
                         u(m)?,
                     ]);

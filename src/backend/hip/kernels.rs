@@ -85,6 +85,31 @@ pub fn gemv_rows(nt: u32) -> u32 {
 }
 /// Weight types with an int8-activation kernel (`DS_FOR_EACH_QTYPE` in `hip/qmatmul.hip`).
 pub const QGEMV_TYPES: &[&str] = &["q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"];
+/// The dp4a kernels' name for Q8_0 weights in the regrouped layout (`IQ8_0G` in
+/// `hip/qmatmul.hip`: per 16 blocks the 16 scales, then the 16 × 32 values), which the backend
+/// keeps next to the plain copy where `DELTASPEC_HIP_Q8_REGROUP=1` (rows of K % 512 == 0).
+pub const Q8_REGROUPED: &str = "q8_0g";
+/// Values per regrouped run of Q8_0 blocks (16 blocks of 32).
+pub const Q8_REGROUP_K: usize = 512;
+
+/// The regrouped copy of Q8_0 `bytes` (rows of `k` values, `k % Q8_REGROUP_K == 0`): each run
+/// of 16 blocks `{f16 d; i8 qs[32]}` becomes the 16 `d`, then the 16 `qs`; the same size.
+pub fn regroup_q8_0(bytes: &[u8], k: usize) -> Vec<u8> {
+    const BLOCK: usize = 34;
+    const RUN: usize = 16;
+    assert!(k.is_multiple_of(Q8_REGROUP_K) && bytes.len().is_multiple_of(BLOCK * RUN));
+    let mut out = vec![0u8; bytes.len()];
+    for (src, dst) in bytes
+        .chunks_exact(BLOCK * RUN)
+        .zip(out.chunks_exact_mut(BLOCK * RUN))
+    {
+        for (i, blk) in src.chunks_exact(BLOCK).enumerate() {
+            dst[2 * i..2 * i + 2].copy_from_slice(&blk[..2]);
+            dst[2 * RUN + 32 * i..2 * RUN + 32 * i + 32].copy_from_slice(&blk[2..]);
+        }
+    }
+    out
+}
 /// Input rows the int8-activation GEMV accumulates per pass over the weights. A 16-row
 /// verify step is one pass, so each weight item is fetched and decoded once for all rows.
 pub const QGEMV_TILES: &[u32] = &[1, 2, 4, 8, 16];
@@ -101,9 +126,15 @@ pub const QGEMV_THREADS: u32 = 128;
 pub fn qgemv_rows(nt: u32) -> u32 {
     if nt >= 16 { 1 } else { 2 }
 }
+/// Threads of the `selector_walk` block (`WALK_THREADS` in `hip/dflash2.hip`: a warp per
+/// candidate, 16 warps).
+pub const WALK_THREADS: u32 = 512;
 /// Wide int8-activation variants `(tile, weight rows per warp)`, named `qgemv_<type>_<nt>x<r>`:
 /// NVIDIA only (PTX targets; they would spill registers on gfx11).
 pub const QGEMV_WIDE: &[(u32, u32)] = &[(8, 4), (16, 2), (16, 4)];
+/// Wide variants of the fused launches `(tile, weight rows per warp)`: `qgemv4_<type>_<nt>x<r>`
+/// and `qgemv_glu_<type>_<nt>x<r>` (r / 2 gate/up pairs per warp); NVIDIA only.
+pub const QGEMV_FUSED_WIDE: &[(u32, u32)] = &[(8, 4)];
 /// The wide variant measured fastest per tile on the H200 (27B IQ4_XS verify steps, 2026-12-03:
 /// 8 rows 24.2 → 22.5 ms with 4 rows per warp, 16 rows 70.6 → 57.1 ms with 2).
 pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
@@ -178,9 +209,10 @@ pub fn ptx_only(name: &str) -> bool {
     };
     name.starts_with("qmma")
         || name.starts_with("qgemv") && q1(name)
-        || name.starts_with("qgemv_")
+        || name.starts_with("qgemv")
             && QGEMV_WIDE
                 .iter()
+                .chain(QGEMV_FUSED_WIDE)
                 .any(|(nt, r)| name.ends_with(&format!("_{nt}x{r}")))
 }
 /// The int8-activation tile for `n` input rows: the smallest tile holding them, at most 16.
@@ -268,7 +300,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     for n in ["qmma_quantize", "qmma_quantize_gate", "qmma_relayout"] {
         v.push(("qmma", n.into()));
     }
-    for ty in QGEMV_TYPES {
+    for ty in QGEMV_TYPES.iter().chain([&Q8_REGROUPED]) {
         for nt in QGEMV_TILES {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}")));
             v.push(("qmatmul", format!("qgemv4_{ty}_{nt}")));
@@ -279,6 +311,10 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         for (nt, r) in QGEMV_WIDE {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}x{r}")));
         }
+        for (nt, r) in QGEMV_FUSED_WIDE {
+            v.push(("qmatmul", format!("qgemv4_{ty}_{nt}x{r}")));
+            v.push(("qmatmul", format!("qgemv_glu_{ty}_{nt}x{r}")));
+        }
         for (r, u) in Q1_VARIANTS {
             v.push(("qmatmul", format!("qgemv_{ty}_1r{r}u{u}")));
             v.push(("qmatmul", format!("qgemv4_{ty}_1r{r}u{u}")));
@@ -286,7 +322,8 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         for u in Q1_GLU_UNROLLS {
             v.push(("qmatmul", format!("qgemv_glu_{ty}_1u{u}")));
         }
-        for nt in QMMA_TILES {
+        // The regrouped Q8_0 layout has dp4a kernels only.
+        for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {
             v.push(("qmma", format!("qmma_{ty}_{nt}")));
             v.push(("qmma", format!("qmma4_{ty}_{nt}")));
             v.push(("qmma", format!("qmma_glu_{ty}_{nt}")));

@@ -764,7 +764,7 @@ pub(super) fn node(
                 "dflash2",
                 "selector_walk",
                 [blocks((m / block) as u64, 1), 1, 1],
-                64,
+                kernels::WALK_THREADS,
                 &[
                     p_in(0),
                     p_in(1),
@@ -865,6 +865,20 @@ pub(super) fn qgemv_wide(be: &HipBackend, nt: u32) -> Option<u32> {
     })
 }
 
+/// The regrouped copies (`kernels::regroup_q8_0`) of the Q8_0 weights `ws` of the dp4a kernel
+/// `suffix`, if every one has one: the kernel suffix then becomes `kernels::Q8_REGROUPED`.
+pub(super) fn q8_regrouped(env: &Env<'_>, suffix: &str, ws: &[TensorId]) -> Option<Vec<DevPtr>> {
+    if suffix != "q8_0" || env.ws.q8_regrouped.is_empty() {
+        return None;
+    }
+    ws.iter()
+        .map(|&w| {
+            let t = env.graph.tensor(env.graph.storage_root(w));
+            env.ws.q8_regrouped.get(&t.name).map(|b| b.ptr)
+        })
+        .collect()
+}
+
 /// `y = x · wᵀ` with int8 activations: [`quantize_input`], then `qgemv_<type>_<tile>` reads the
 /// quantized rows (see `hip/qmatmul.hip`), or `qmma_<type>_<tile>` where the matrix-core kernel
 /// is on (`hip/qmma.hip`, bit-identical). `gate`: the folded attention output gate (see
@@ -883,6 +897,14 @@ pub(super) fn qgemv(
 ) -> Result<(), BackendError> {
     let frag = be.qmma_frag() && be.qmma_tile(n, suffix).is_some();
     let [xq, xd, xs] = quantize_input(be, env, node, gate, n, k, frag)?;
+    // The dp4a kernels read a Q8_0 weight's regrouped copy where it has one.
+    let mut wptr = env.ptr(node.inputs[1]);
+    let mut suffix = suffix;
+    if be.qmma_tile(n, suffix).is_none()
+        && let Some(p) = q8_regrouped(env, suffix, &[node.inputs[1]])
+    {
+        (wptr, suffix) = (p[0], kernels::Q8_REGROUPED);
+    }
     // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
@@ -914,7 +936,7 @@ pub(super) fn qgemv(
         [blocks(m as u64, rows_per_block), 1, 1],
         threads,
         &[
-            Arg::P(env.ptr(node.inputs[1])),
+            Arg::P(wptr),
             Arg::P(xq),
             Arg::P(xd),
             Arg::P(xs),

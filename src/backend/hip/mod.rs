@@ -91,6 +91,9 @@ struct WeightSet {
     tensors: HashMap<String, DevWeight>,
     /// f32 copies of non-f32 weights read as plain values, made on first use.
     f32_views: HashMap<String, Buf>,
+    /// Regrouped copies of Q8_0 weights for the dp4a GEMV (`kernels::regroup_q8_0`), made at
+    /// upload where `HipBackend::q8_regroup` is on.
+    q8_regrouped: HashMap<String, Buf>,
 }
 
 struct StateSet {
@@ -196,6 +199,16 @@ pub struct HipBackend {
     /// session 7: 16 rows 26.0 ms against 28.7, 32 rows 38.5 against 43.0):
     /// `DELTASPEC_HIP_QMMA_XLAYOUT=0` turns it off.
     qmma_xlayout: bool,
+    /// Fused dp4a groups at a tile with a wide variant run its fused wide kernels
+    /// (`qgemv4_*_8x4`, `qgemv_glu_*_8x4`: the drafters' 8-row q/k/v and gate/up groups) instead
+    /// of the 2-row ones; bit-identical either way. Off by default until measured on the H200:
+    /// `DELTASPEC_HIP_FUSED_WIDE=1` turns it on.
+    fused_wide: bool,
+    /// Q8_0 weights with rows of K % 512 == 0 also get a regrouped copy (`kernels::regroup_q8_0`)
+    /// that the dp4a GEMVs read with aligned 16-byte loads (`q8_0g` kernels; bit-identical).
+    /// The matrix-core kernels keep the plain copy. Doubles those weights' device memory; off by
+    /// default until measured on the H200: `DELTASPEC_HIP_Q8_REGROUP=1` turns it on.
+    q8_regroup: bool,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
@@ -295,6 +308,8 @@ impl HipBackend {
                 .ok()
                 .map(|v| v.split(',').map(|t| t.trim().to_string()).collect()),
             qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").map_or(true, |v| v != "0"),
+            fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
+            q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -411,6 +426,19 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
+    /// Fused dp4a groups keep their tile's wide variant (`qgemv4_*_8x4`, `qgemv_glu_*_8x4`;
+    /// NVIDIA only); results are bit-identical either way. Applies to graphs compiled later.
+    pub fn set_fused_wide(&mut self, on: bool) {
+        self.fused_wide = on;
+        self.drop_graphs(|_| true);
+    }
+
+    /// Q8_0 weights uploaded later also get the regrouped copy the `q8_0g` dp4a kernels read
+    /// (bit-identical results; see `hip/qmatmul.hip` IQ8_0G).
+    pub fn set_q8_regroup(&mut self, on: bool) {
+        self.q8_regroup = on;
+    }
+
     /// The matrix-core int8 GEMV for inputs of 5 rows and more (NVIDIA; elsewhere the setting
     /// keeps the dp4a kernel); results are bit-identical either way.
     pub fn set_qgemv_mma(&mut self, on: bool) {
@@ -440,10 +468,11 @@ impl HipBackend {
         // than the matrix-core tile's float combine: on the H200 the 5-layer Q8_0 drafters'
         // step (8-row block, 4-row context appends) took 4.63 ms against 5.43 (DFlash2) and
         // 4.74 against 5.15 (DSpark) with Q8_0 on dp4a.
-        let skip = match &self.qmma_skip {
-            Some(types) => types.iter().any(|t| t == suffix),
-            None => suffix == "q8_0" && n <= 8,
-        };
+        let skip = suffix == kernels::Q8_REGROUPED // dp4a kernels only
+            || match &self.qmma_skip {
+                Some(types) => types.iter().any(|t| t == suffix),
+                None => suffix == "q8_0" && n <= 8,
+            };
         if self.qgemv_mma && self.drv.api() == Api::Cuda && n >= self.qmma_min_rows && !skip {
             kernels::qmma_tile(n.max(QMMA_MIN_ROWS))
         } else {
@@ -841,6 +870,9 @@ impl Backend for HipBackend {
                     for w in set.tensors.values() {
                         self.free(w.buf);
                     }
+                    for b in set.q8_regrouped.values() {
+                        self.free(*b);
+                    }
                     return Err(e);
                 }
             };
@@ -855,6 +887,20 @@ impl Backend for HipBackend {
             self.drv
                 .htod(buf.ptr, bytes)
                 .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
+            let k = t.shape.last().copied().unwrap_or(0);
+            if self.q8_regroup
+                && t.dtype == DType::Q8_0
+                && t.shape.len() == 2
+                && k > 0
+                && k.is_multiple_of(kernels::Q8_REGROUP_K)
+            {
+                let re = kernels::regroup_q8_0(bytes, k);
+                let rbuf = self.alloc(re.len())?;
+                set.q8_regrouped.insert(name.clone(), rbuf);
+                self.drv
+                    .htod(rbuf.ptr, &re)
+                    .map_err(|e| self.dev_err(format!("uploading {name} (regrouped): {e}")))?;
+            }
         }
         self.weights.push(Some(set));
         Ok(WeightsId(self.weights.len() as u32 - 1))
@@ -1210,6 +1256,7 @@ impl Drop for HipBackend {
         for set in self.weights.iter().flatten() {
             bufs.extend(set.tensors.values().map(|w| w.buf));
             bufs.extend(set.f32_views.values().copied());
+            bufs.extend(set.q8_regrouped.values().copied());
         }
         for set in self.states.iter().flatten() {
             bufs.extend(set.bufs.values().copied());
