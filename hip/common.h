@@ -282,6 +282,17 @@ DEV i32 dot4_i8(u32 a, u32 b, i32 c) {
 // repeat lanes 0-15) and returns D[2i + l/16][l%16], i < 8; gfx12's
 // v_wmma_i32_16x16x16_iu8_w32_gfx12 takes 8 bytes per lane (lanes 16-31: k 8..15) and returns
 // D[i + 8(l/16)][l%16]. Both would need a 16-wide tile, not this 16×8 one.
+// A hint that the 128-byte line holding p will be read soon: NVIDIA `prefetch.global.L2`
+// (no register is written and no load waits on it; an address past the data is not touched).
+// A no-op elsewhere (the emulator included): values never depend on it.
+DEV void prefetch_l2(const void* p) {
+#if defined(__NVPTX__)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 #if defined(__NVPTX__)
 #define DS_HAVE_MMA_S8 1
 // Not volatile: the step reads and writes only its registers, so the compiler may keep loads

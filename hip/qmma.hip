@@ -153,7 +153,7 @@ DEV void qm_ld2(const float* p, float& a, float& b) {
 // Items s = sb .. sb + R - 1 (TAIL: those below nb) of one warp into its partials acc[jj].
 // XD2: XD/XS rows start at even offsets (nb even), so two consecutive items' scales are one
 // 8-byte load.
-template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF>
+template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF, bool H>
 DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
                     const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
     static_assert(R % 2 == 0, "items are taken in pairs for the XD loads");
@@ -173,6 +173,29 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
     }
     float xda[2][TG], xdc[2][TG], xsa[2][TG], xsc[2][TG];
     u32 qa[2], qb[2];  // RAW16: rows ra's and rb's raw words of items jj, jj + 1 (jj even)
+    // HOIST (H, the `q` kernels; fragment order and RAW16 weights only): every load of the
+    // chunk is issued here, before the first mma, so a warp waits for memory once per chunk
+    // rather than once per item. The same values reach the same operations.
+    constexpr bool HOIST = H && XF && QmRaw16<P>::v && !TAIL;
+    u32x2 hw[HOIST ? R / 2 : 1][2], hx[HOIST ? R : 1][TG], hd[HOIST ? R : 1][TG], hs[HOIST ? R : 1][TG];
+    if constexpr (HOIST) {
+#pragma unroll
+        for (u32 jj = 0; jj < R; jj += 2) {
+            u64 boff;
+            u32 ib;
+            qmma_item<P, R>(sb, jj, boff, ib);
+            hw[jj / 2][0] = *(const u32x2*)(P::raw(wa + boff, ib) + 8 * t);
+            hw[jj / 2][1] = *(const u32x2*)(P::raw(wb + boff, ib) + 8 * t);
+        }
+#pragma unroll
+        for (u32 jj = 0; jj < R; ++jj)
+#pragma unroll
+            for (u32 tg = 0; tg < TG; ++tg) {
+                hx[jj][tg] = *(const u32x2*)(grp[tg].xq + (u64)(sb + jj) * 256);
+                hd[jj][tg] = *(const u32x2*)(XD + grp[tg].xa + 8 * (sb + jj));
+                if constexpr (!P::NOMIN) hs[jj][tg] = *(const u32x2*)(XS + grp[tg].xa + 8 * (sb + jj));
+            }
+    }
 #pragma unroll
     for (u32 jj = 0; jj < R; ++jj) {
         const u32 s = sb + jj;
@@ -185,8 +208,13 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             // Items jj, jj + 1 (one block, ib even): 32 bytes per row, 8 per lane, paired as
             // the activations (qm_pair), so lane t gets word qm_pos(t) of both items.
             if (jj % 2 == 0) {
-                qm_pair(*(const u32x2*)(P::raw(wa + boff, ib) + 8 * t), low, qa[0], qa[1]);
-                qm_pair(*(const u32x2*)(P::raw(wb + boff, ib) + 8 * t), low, qb[0], qb[1]);
+                if constexpr (HOIST) {
+                    qm_pair(hw[jj / 2][0], low, qa[0], qa[1]);
+                    qm_pair(hw[jj / 2][1], low, qb[0], qb[1]);
+                } else {
+                    qm_pair(*(const u32x2*)(P::raw(wa + boff, ib) + 8 * t), low, qa[0], qa[1]);
+                    qm_pair(*(const u32x2*)(P::raw(wb + boff, ib) + 8 * t), low, qb[0], qb[1]);
+                }
             }
             P::decode(qa[jj % 2], wa0, wa1);
             P::decode(qb[jj % 2], wb0, wb1);
@@ -207,7 +235,17 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
         // The activation scales of this lane's two inputs (and sums, with a minimum): at even
         // jj those of items jj and jj + 1, as one 8-byte load each where XD2; in fragment order
         // (XF) those of item jj, both inputs as one 8-byte load.
-        if constexpr (XF) {
+        if constexpr (HOIST) {
+#pragma unroll
+            for (u32 tg = 0; tg < TG; ++tg) {
+                xda[jj % 2][tg] = __builtin_bit_cast(float, hd[jj][tg].x);
+                xdc[jj % 2][tg] = __builtin_bit_cast(float, hd[jj][tg].y);
+                if constexpr (!P::NOMIN) {
+                    xsa[jj % 2][tg] = __builtin_bit_cast(float, hs[jj][tg].x);
+                    xsc[jj % 2][tg] = __builtin_bit_cast(float, hs[jj][tg].y);
+                }
+            }
+        } else if constexpr (XF) {
 #pragma unroll
             for (u32 tg = 0; tg < TG; ++tg) {
                 qm_ld2(XD + grp[tg].xa + 8 * s, xda[jj % 2][tg], xdc[jj % 2][tg]);
@@ -238,7 +276,9 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
 #pragma unroll
         for (u32 tg = 0; tg < TG; ++tg) {
             u32 x0, x1;
-            if constexpr (XF) {
+            if constexpr (HOIST) {
+                x0 = hx[jj][tg].x, x1 = hx[jj][tg].y;
+            } else if constexpr (XF) {
                 const u32x2 v = *(const u32x2*)(grp[tg].xq + (u64)s * 256);
                 x0 = v.x, x1 = v.y;
             } else {
@@ -268,22 +308,63 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
     }
 }
 
+// L2 prefetch of the weights PF chunks ahead (PF > 0: the `p` kernels, `DELTASPEC_HIP_QMMA_V2=1`).
+// A block's warps together walk chunk c (items 32c .. 32c + 31 of all 16 rows) at about the same
+// time, each loading its few items just before their mma, so every step waits for DRAM (several
+// round trips per step, and a block of a K = 5120 matrix walks only 5 chunks). Here lane i of the
+// block (i = 32·w + lane) hints line i / 16 of row i % 16's bytes of chunk c + PF: lines 128
+// bytes apart from the chunk's first byte, so every 128-byte line of the chunk holds one hint
+// (the line that also holds the next chunk's first byte is hinted with that chunk). The first
+// PF chunks are hinted at the start. Hints write no register and change no value, so the bits
+// are those of the `f` kernels.
+struct QmPrefetch {
+    const u8* row;  // this lane's weight row, or null where it hints nothing
+    u32 off;        // its line's byte offset within a chunk
+};
+template <class P, u32 PF>
+DEV void qmma_prefetch(const QmPrefetch& pf, u32 nb, u32 c) {
+    if constexpr (PF > 0) {
+        constexpr u32 IPB = P::QK / 32;
+        const u64 off = (u64)(c * (WARP / IPB)) * P::QB + pf.off;
+        if (pf.row && off < (u64)(nb / IPB) * P::QB) prefetch_l2(pf.row + off);
+    }
+}
+template <class P, u32 PF>
+DEV QmPrefetch qmma_prefetch_lane(const u8* W, const u8* WU, bool glu, u32 m0, u32 M, u64 row_bytes, u32 i) {
+    constexpr u32 IPB = P::QK / 32, CB = WARP / IPB * P::QB;  // a chunk's bytes per row
+    QmPrefetch pf{nullptr, 0};
+    if constexpr (PF > 0) {
+        const u32 pr = i % QM_ROWS, line = i / QM_ROWS;
+        if (line * 128 < CB) {
+            // GLU: A rows 0-7 are gate rows m0 .. m0 + 7 of W, rows 8-15 the same up rows of WU.
+            const u32 r = glu ? m0 + pr % 8 : m0 + pr;
+            pf.row = (glu && pr >= 8 ? WU : W) + (u64)(r < M ? r : M - 1) * row_bytes;
+            pf.off = line * 128;
+        }
+    }
+    return pf;
+}
+
 // A warp's items: chunks sb, sb + 32, ... below nb, U whole chunks per step (their loads can be
 // issued together; the chunks still accumulate in order, so every U gives the same bits), then
 // the rest one by one. U = 2 doubles the weight bytes in flight per warp (16 warps × 2 chunks ×
 // 16 rows × 32 bytes per SM) at the cost of a few spilled registers at 16 input rows.
-template <class P, u32 TG, u32 R, bool XD2, u32 U, bool XF>
+template <class P, u32 TG, u32 R, bool XD2, u32 U, bool XF, u32 PF, bool H>
 DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
-                   const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
+                   const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4],
+                   const QmPrefetch& pf) {
     for (; sb + (U - 1) * WARP + R <= nb; sb += U * WARP) {
 #pragma unroll
-        for (u32 u = 0; u < U; ++u) qmma_chunk<P, TG, R, false, XD2, XF>(wa, wb, grp, XD, XS, nb, sb + u * WARP, t, acc);
+        for (u32 u = 0; u < U; ++u) qmma_prefetch<P, PF>(pf, nb, sb / WARP + PF + u);
+#pragma unroll
+        for (u32 u = 0; u < U; ++u) qmma_chunk<P, TG, R, false, XD2, XF, H>(wa, wb, grp, XD, XS, nb, sb + u * WARP, t, acc);
     }
     for (; sb < nb; sb += WARP) {
+        qmma_prefetch<P, PF>(pf, nb, sb / WARP + PF);
         if (sb + R <= nb) {
-            qmma_chunk<P, TG, R, false, XD2, XF>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+            qmma_chunk<P, TG, R, false, XD2, XF, H>(wa, wb, grp, XD, XS, nb, sb, t, acc);
         } else {
-            qmma_chunk<P, TG, R, true, XD2, XF>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+            qmma_chunk<P, TG, R, true, XD2, XF, H>(wa, wb, grp, XD, XS, nb, sb, t, acc);
         }
     }
 }
@@ -295,7 +376,7 @@ DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const f
 // lane writes silu(gate) · up (the swiglu kernel's float operations on the same values, so the
 // result equals matmul → matmul → swiglu bit for bit). XF: XQ/XD/XS are the fragment-ordered
 // copies (see the header), over N rounded up to a multiple of 8 rows.
-template <class P, u32 TG, bool GLU, u32 U, bool XF>
+template <class P, u32 TG, bool GLU, u32 U, bool XF, u32 PF, bool H>
 DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
               const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
               u32 M, u64 row_bytes, u32 rg) {
@@ -313,6 +394,9 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     // The butterfly's steps across warps: the upper half of the active warps (residues m ..
     // 2m - 1 at mask m) leave their partials here, 16 residues × 4·TG outputs × 32 lanes.
     __shared__ float red[16 * 4 * TG * WARP];
+    const QmPrefetch pf = qmma_prefetch_lane<P, PF>(W, WU, GLU, m0, M, row_bytes, w * WARP + lane);
+#pragma unroll
+    for (u32 c = 0; c < PF; ++c) qmma_prefetch<P, PF>(pf, nb, c);
     for (u32 n0 = 0; n0 < N; n0 += 8 * TG) {
         QmGroup grp[TG];
 #pragma unroll
@@ -345,9 +429,9 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
         // Two chunks per step spill over 100 bytes at TG = 4 (ptxas 12.9, sm_90): one there.
         constexpr u32 UT = TG >= 4 ? 1 : U;
         if (!XF && PAIRS && nb % 2 == 0) {
-            qmma_walk<P, TG, R, PAIRS, UT, XF>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
+            qmma_walk<P, TG, R, PAIRS, UT, XF, PF, H>(wa, wb, grp, XD, XS, nb, R * w, t, acc, pf);
         } else {
-            qmma_walk<P, TG, R, false, UT, XF>(wa, wb, grp, XD, XS, nb, R * w, t, acc);
+            qmma_walk<P, TG, R, false, UT, XF, PF, H>(wa, wb, grp, XD, XS, nb, R * w, t, acc, pf);
         }
         // warp_sum's butterfly over the partial index j: after the step with mask m, partial
         // j < m holds p_j + p_{j+m}. Masks m >= R pair warp w with warp w + m / R. One base
@@ -400,7 +484,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
 
 // Up to four matmuls of one quantized input in one launch, as qgemv_seg in hip/qmatmul.hip:
 // each segment's blocks map to rows exactly as in its own launch.
-template <class P, u32 TG, u32 U, bool XF>
+template <class P, u32 TG, u32 U, bool XF, u32 PF, bool H>
 DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                   u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                   u32 K, u64 row_bytes) {
@@ -417,40 +501,54 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qmma<P, TG, false, U, XF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
+    qmma<P, TG, false, U, XF, PF, H>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
+
+// Chunks of L2 prefetch distance in the `p` kernels (16 rows × 544 bytes per IQ4_XS chunk: 8 chunks
+// are ~70 KB ahead per block, about the bytes one SM must have in flight for its share of 4.3 TB/s
+// at ~2 µs loaded latency; a K = 5120 matrix has 5 chunks, all hinted at the start).
+constexpr u32 QM_PF = 8;
 
 // qmma_<type>_<nt>, qmma4_<type>_<nt> (segments) and qmma_glu_<type>_<nt> (gate/up pair, 8 output
 // columns per block) for tiles of nt = 8·TG input rows, with U = 2 chunks per step; the same
 // with suffix u1 for U = 1 (A/B runs, `DELTASPEC_HIP_QMMA_UNROLL=1`; at 32 rows both are U = 1),
-// and with suffix f for U = 2 on fragment-ordered activations (XF, see the header).
-#define DS_QMMA(name, P, TG, NT, U, XF, SFX)                                                               \
+// with suffix f for U = 2 on fragment-ordered activations (XF, see the header), with suffix p
+// for the f kernels plus L2 prefetch of the weights (QM_PF, see qmma_prefetch), and with suffix q
+// for the p kernels with every load of a chunk issued before its first mma (HOIST in
+// qmma_chunk; RAW16 weights, i.e. IQ4_XS, only: for the other types q is p).
+#define DS_QMMA(name, P, TG, NT, U, XF, PF, H, SFX)                                                               \
     QM_KERNEL(TG)                                                                                          \
     qmma_##name##_##NT##SFX(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
                             u32 K, u32 M, u64 row_bytes) {                                                 \
-        qmma<P, TG, false, U, XF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                 \
+        qmma<P, TG, false, U, XF, PF, H>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());          \
     }                                                                                                      \
     QM_KERNEL(TG)                                                                                          \
     qmma4_##name##_##NT##SFX(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
                              const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,             \
                              const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
-        qmma_seg<P, TG, U, XF>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes); \
+        qmma_seg<P, TG, U, XF, PF, H>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes); \
     }                                                                                                      \
     QM_KERNEL(TG)                                                                                          \
     qmma_glu_##name##_##NT##SFX(const u8* WG, const u8* WU, const i8* XQ, const float* XD,                \
                                 const float* XS, float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {           \
-        qmma<P, TG, true, U, XF>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                      \
+        qmma<P, TG, true, U, XF, PF, H>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());               \
     }
-#define DS_QMMA_TYPE(name, P)             \
-    DS_QMMA(name, P, 1, 8, 2, false, )    \
-    DS_QMMA(name, P, 2, 16, 2, false, )   \
-    DS_QMMA(name, P, 4, 32, 2, false, )   \
-    DS_QMMA(name, P, 1, 8, 1, false, u1)  \
-    DS_QMMA(name, P, 2, 16, 1, false, u1) \
-    DS_QMMA(name, P, 4, 32, 1, false, u1) \
-    DS_QMMA(name, P, 1, 8, 2, true, f)    \
-    DS_QMMA(name, P, 2, 16, 2, true, f)   \
-    DS_QMMA(name, P, 4, 32, 2, true, f)
+#define DS_QMMA_TYPE(name, P)                       \
+    DS_QMMA(name, P, 1, 8, 2, false, 0, false, )    \
+    DS_QMMA(name, P, 2, 16, 2, false, 0, false, )   \
+    DS_QMMA(name, P, 4, 32, 2, false, 0, false, )   \
+    DS_QMMA(name, P, 1, 8, 1, false, 0, false, u1)  \
+    DS_QMMA(name, P, 2, 16, 1, false, 0, false, u1) \
+    DS_QMMA(name, P, 4, 32, 1, false, 0, false, u1) \
+    DS_QMMA(name, P, 1, 8, 2, true, 0, false, f)    \
+    DS_QMMA(name, P, 2, 16, 2, true, 0, false, f)   \
+    DS_QMMA(name, P, 4, 32, 2, true, 0, false, f)   \
+    DS_QMMA(name, P, 1, 8, 2, true, QM_PF, false, p) \
+    DS_QMMA(name, P, 2, 16, 2, true, QM_PF, false, p) \
+    DS_QMMA(name, P, 4, 32, 2, true, QM_PF, false, p) \
+    DS_QMMA(name, P, 1, 8, 2, true, QM_PF, true, q)  \
+    DS_QMMA(name, P, 2, 16, 2, true, QM_PF, true, q) \
+    DS_QMMA(name, P, 4, 32, 2, true, QM_PF, true, q)
 DS_FOR_EACH_FTYPE(DS_QMMA_TYPE)
 
 // The fragment-ordered activations for the `f` kernels (see the header), one warp per 32-value

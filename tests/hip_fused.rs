@@ -215,12 +215,14 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
                 let (w, g, inputs) = random_case(n, k, dtype);
                 let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
                 // Plain and fragment-ordered activations (`qmma*f`, quantized by
-                // `qmma_quantize[_gate]`).
-                for xl in [false, true] {
+                // `qmma_quantize[_gate]`), the latter also as `qmma*p` and `qmma*q`.
+                for (xl, v2) in [(false, 0), (true, 0), (true, 1), (true, 2)] {
                     mma.set_qmma_xlayout(xl);
+                    mma.set_qmma_v2(v2);
                     let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
-                    let what =
-                        format!("{dtype} n={n} fusion={fusion} xlayout={xl}: matrix-core vs dp4a");
+                    let what = format!(
+                        "{dtype} n={n} fusion={fusion} xlayout={xl} v2={v2}: matrix-core vs dp4a"
+                    );
                     assert_same_bits(&what, &a, &b);
                     // Fused on the matrix cores: quantize + one launch for each of the three
                     // groups.

@@ -333,6 +333,12 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             v.push(("qmma", format!("qmma_{ty}_{nt}f")));
             v.push(("qmma", format!("qmma4_{ty}_{nt}f")));
             v.push(("qmma", format!("qmma_glu_{ty}_{nt}f")));
+            v.push(("qmma", format!("qmma_{ty}_{nt}p")));
+            v.push(("qmma", format!("qmma4_{ty}_{nt}p")));
+            v.push(("qmma", format!("qmma_glu_{ty}_{nt}p")));
+            v.push(("qmma", format!("qmma_{ty}_{nt}q")));
+            v.push(("qmma", format!("qmma4_{ty}_{nt}q")));
+            v.push(("qmma", format!("qmma_glu_{ty}_{nt}q")));
         }
     }
     for n in [

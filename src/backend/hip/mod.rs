@@ -209,6 +209,12 @@ pub struct HipBackend {
     /// The matrix-core kernels keep the plain copy. Doubles those weights' device memory; off by
     /// default until measured on the H200: `DELTASPEC_HIP_Q8_REGROUP=1` turns it on.
     q8_regroup: bool,
+    /// Variant of the fragment-order kernels: 0 `qmma*f`; 1 `qmma*p`, with L2 prefetch of the
+    /// weights (`QM_PF` chunks ahead, `hip/qmma.hip` qmma_prefetch); 2 `qmma*q`, the same plus
+    /// every load of a chunk issued before its first mma (IQ4_XS; the other types run as p).
+    /// Speed bets for the latency-bound verify GEMVs, bit-identical (the values and their
+    /// operations are unchanged). 0 by default until measured: `DELTASPEC_HIP_QMMA_V2=1|2`.
+    qmma_v2: u8,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
     q1_plain: Option<(u32, u32)>,
@@ -310,6 +316,11 @@ impl HipBackend {
             qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").map_or(true, |v| v != "0"),
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
+            qmma_v2: match std::env::var("DELTASPEC_HIP_QMMA_V2").as_deref() {
+                Ok("1") => 1,
+                Ok("2") => 2,
+                _ => 0,
+            },
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -439,6 +450,13 @@ impl HipBackend {
         self.q8_regroup = on;
     }
 
+    /// The variant of the fragment-order matrix-core kernels: 0 `qmma*f`, 1 `qmma*p` (L2
+    /// prefetch), 2 `qmma*q` (prefetch and hoisted loads); results are bit-identical either way.
+    pub fn set_qmma_v2(&mut self, v: u8) {
+        self.qmma_v2 = v.min(2);
+        self.drop_graphs(|_| true);
+    }
+
     /// The matrix-core int8 GEMV for inputs of 5 rows and more (NVIDIA; elsewhere the setting
     /// keeps the dp4a kernel); results are bit-identical either way.
     pub fn set_qgemv_mma(&mut self, on: bool) {
@@ -483,7 +501,12 @@ impl HipBackend {
     /// The name of matrix-core kernel `kind` (`qmma`, `qmma4`, `qmma_glu`) for weight kernel
     /// `suffix` and tile `nt`.
     fn qmma_kernel(&self, kind: &str, suffix: &str, nt: u32) -> String {
-        let sfx = if self.qmma_frag() { "f" } else { self.qmma_sfx };
+        let sfx = match (self.qmma_frag(), self.qmma_v2) {
+            (true, 0) => "f",
+            (true, 1) => "p",
+            (true, _) => "q",
+            (false, _) => self.qmma_sfx,
+        };
         format!("{kind}_{suffix}_{nt}{sfx}")
     }
 

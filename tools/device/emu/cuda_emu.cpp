@@ -65,7 +65,9 @@ Entry entry(const char* name, void (*f)(A...)) {
     K(qgemv_glu_##ty##_1u2) K(qgemv_glu_##ty##_1u4) K(qgemv4_##ty##_8x4) K(qgemv_glu_##ty##_8x4)
 #define QMMA_NT(ty, NT) K(qmma_##ty##_##NT) K(qmma4_##ty##_##NT) K(qmma_glu_##ty##_##NT) \
     K(qmma_##ty##_##NT##u1) K(qmma4_##ty##_##NT##u1) K(qmma_glu_##ty##_##NT##u1)          \
-    K(qmma_##ty##_##NT##f) K(qmma4_##ty##_##NT##f) K(qmma_glu_##ty##_##NT##f)
+    K(qmma_##ty##_##NT##f) K(qmma4_##ty##_##NT##f) K(qmma_glu_##ty##_##NT##f)                \
+    K(qmma_##ty##_##NT##p) K(qmma4_##ty##_##NT##p) K(qmma_glu_##ty##_##NT##p)  \
+    K(qmma_##ty##_##NT##q) K(qmma4_##ty##_##NT##q) K(qmma_glu_##ty##_##NT##q)
 #define QMMA(ty, P) QMMA_NT(ty, 8) QMMA_NT(ty, 16) QMMA_NT(ty, 32)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
