@@ -58,6 +58,10 @@ pub struct Args {
     /// Rollback mode: per-token (default), snapshot or recurrent-host.
     #[arg(long, default_value = "per-token")]
     pub rollback: String,
+    /// --spec adaptive: choose each chain round's number of drafts (`on`) or always verify
+    /// the full block (`off`); see `deltaspec generate --adapt-width`.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub adapt_width: String,
     /// Untimed runs of each kind first (graph compilation, caches).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -152,6 +156,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let mode = match a.spec.as_str() {
         "adaptive" => SpecMode::Adaptive(PolicyConfig {
             ratio: Ratio::Live { initial: 1.9 },
+            adapt_width: a.adapt_width == "on",
             ..PolicyConfig::default()
         }),
         "tree" => {

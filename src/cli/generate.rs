@@ -95,6 +95,10 @@ pub struct Args {
     /// most this fraction of the burst's time (0: off).
     #[arg(long, default_value_t = 0.02)]
     pub probe_budget: f64,
+    /// Adaptive policy: choose each chain round's number of drafts from the live per-draft
+    /// survival and verify time per row count (`on`), or always verify the full block (`off`).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub adapt_width: String,
     /// Adaptive policy: print every decision to stderr.
     #[arg(long)]
     pub policy_log: bool,
@@ -147,6 +151,7 @@ impl Args {
                 backoff: self.burst_backoff,
                 max_burst: self.max_burst,
                 probe_budget: self.probe_budget,
+                adapt_width: self.adapt_width == "on",
                 ..PolicyConfig::default()
             }),
         })

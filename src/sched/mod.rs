@@ -3,7 +3,10 @@
 //! - [`policy`]: the single-request adaptive policy (speculation.md §4): speculate while the
 //!   EMA of accepted drafts per step pays for the spec step's extra cost, otherwise run bursts
 //!   of plain steps and probe again.
+//! - [`width`]: how many drafts a chain round verifies (expected tokens per second from live
+//!   estimates of per-draft survival and verify time per row count).
 
 pub mod policy;
+pub mod width;
 
 pub use policy::{AdaptivePolicy, Decision, PolicyConfig, PolicyEvent, Ratio, Reason};

@@ -35,6 +35,8 @@
 //! (prose, ~1.8 drafts), the loop keeps speculating at a loss for many steps. The plain step
 //! costs nothing extra: it emits its token like any other step.
 
+use super::width::WidthModel;
+
 /// Where the spec/plain step time ratio comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Ratio {
@@ -88,6 +90,9 @@ pub struct PolicyConfig {
     /// Live ratio: a burst is long enough that the measured loss of a probe over plain
     /// decoding is at most this fraction of the burst's time (0: off).
     pub probe_budget: f64,
+    /// Choose each chain round's number of drafts from live estimates of per-draft survival
+    /// and of verify time per row count ([`super::width`]); off: always the full block.
+    pub adapt_width: bool,
 }
 
 /// Spec steps in a row (the probe included) after which speculation that falls below
@@ -108,6 +113,7 @@ impl Default for PolicyConfig {
             backoff: 2.0,
             max_burst: 640,
             probe_budget: 0.02,
+            adapt_width: true,
         }
     }
 }
@@ -145,6 +151,8 @@ pub struct PolicyEvent {
     pub accept_ema: Option<f64>,
     pub ratio: f64,
     pub a_min: f64,
+    /// Drafts the round may verify (chain rounds of the adaptive width; set by the loop).
+    pub drafts: Option<usize>,
 }
 
 impl std::fmt::Display for PolicyEvent {
@@ -168,11 +176,15 @@ impl std::fmt::Display for PolicyEvent {
             f,
             "[policy] step {} {d} ({r}) ema {ema} r {:.3} a_min {:.3}",
             self.step, self.ratio, self.a_min
-        )
+        )?;
+        match self.drafts {
+            Some(k) => write!(f, " drafts {k}"),
+            None => Ok(()),
+        }
     }
 }
 
-fn ema(old: Option<f64>, x: f64, alpha: f64) -> f64 {
+pub(crate) fn ema(old: Option<f64>, x: f64, alpha: f64) -> f64 {
     match old {
         None => x,
         Some(e) => e + alpha * (x - e),
@@ -203,6 +215,7 @@ pub struct AdaptivePolicy {
     /// The calibration step was issued (or is not wanted).
     calibrated: bool,
     step: usize,
+    width: WidthModel,
 }
 
 impl AdaptivePolicy {
@@ -221,6 +234,7 @@ impl AdaptivePolicy {
             probing: false,
             calibrated,
             step: 0,
+            width: WidthModel::default(),
         }
     }
 
@@ -319,6 +333,7 @@ impl AdaptivePolicy {
             accept_ema: self.accept,
             ratio: self.ratio(),
             a_min: self.a_min(),
+            drafts: None,
         };
         self.step += 1;
         ev
@@ -355,6 +370,38 @@ impl AdaptivePolicy {
         };
         self.burst_len = self.next_burst();
         self.burst_left = self.burst_len;
+    }
+
+    /// A chain spec step: [`AdaptivePolicy::observe_spec`] plus the numbers of the width
+    /// model: `drafted` drafts verified, `step_s` the step's own time (draft, verify,
+    /// rollback, commit; not a burst's switch cost) of which `verify_s` the verify forward.
+    pub fn observe_chain(
+        &mut self,
+        drafted: usize,
+        accepted: usize,
+        secs: f64,
+        step_s: f64,
+        verify_s: f64,
+    ) {
+        self.observe_spec(accepted, secs);
+        let alpha = self.cfg.accept_alpha;
+        self.width
+            .observe(drafted, accepted, step_s, verify_s, alpha);
+    }
+
+    /// Drafts the next chain round should verify, at most `max`: the width that maximises
+    /// expected tokens per second ([`WidthModel::best`]), or `max` with the width choice off
+    /// or the policy disabled.
+    pub fn chain_len(&self, max: usize) -> usize {
+        if !self.cfg.adapt_width || self.cfg.ratio == Ratio::Disabled {
+            return max;
+        }
+        self.width.best(max, self.plain_time).min(max)
+    }
+
+    /// The width model's per-draft survival estimate.
+    pub fn survival(&self) -> Option<f64> {
+        self.width.survival()
     }
 
     /// A plain step (one token, features captured) took `secs`.

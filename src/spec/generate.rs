@@ -336,8 +336,15 @@ pub fn generate_spec(
         while res.tokens.len() < cfg.n && Some(root) != cfg.stop {
             let left = cfg.n - res.tokens.len();
             // Never draft past the budget: a round emits at most drafts + 1 tokens.
-            let max = cfg.max_draft.min(left - 1);
-            let ev = policy.as_mut().map(|p| p.decide());
+            let mut max = cfg.max_draft.min(left - 1);
+            let mut ev = policy.as_mut().map(|p| p.decide());
+            // Adaptive chain rounds verify the width that pays best (sched::width).
+            if let (Some(p), Some(e), None) = (&policy, &mut ev, tree_budget)
+                && e.decision == Decision::Spec
+            {
+                max = p.chain_len(max.min(drafter.max_draft()));
+                e.drafts = Some(max);
+            }
             let spec = match (&cfg.mode, &ev) {
                 (SpecMode::Off, _) => false,
                 (_, Some(e)) => e.decision == Decision::Spec,
@@ -376,7 +383,14 @@ pub fn generate_spec(
                 // in `propose`, which was always part of the spec step).
                 if let Some(p) = policy.as_mut() {
                     // A stash committed mid-burst at its cap (outside this step's time) too.
-                    p.observe_spec(r.accepted, total + owed_commit_s);
+                    let step_s = r.draft_s + r.verify_s + r.rollback_s + r.commit_s;
+                    p.observe_chain(
+                        r.drafted,
+                        r.accepted,
+                        total + owed_commit_s,
+                        step_s,
+                        r.verify_s,
+                    );
                 }
                 owed_commit_s = 0.0;
                 root = r.bonus();

@@ -18,6 +18,10 @@ steps=" ${STEPS:-tests hip wgpu draft spec q8 llama} "
 bin="$root/carry"
 ds="$bin/deltaspec"
 mkdir -p "$out" "$work"
+# build_carry.sh ships the binaries as one xz stream (bins.tar.xz): unpack it once.
+if [ -f "$bin/bins.tar.xz" ] && [ ! -x "$ds" ]; then
+    xz -dc "$bin/bins.tar.xz" | tar -C "$bin" -xf - || { echo "run_all.sh: cannot unpack $bin/bins.tar.xz" >&2; exit 1; }
+fi
 failed=()
 t_start=$SECONDS
 
@@ -67,7 +71,6 @@ if want tests; then
         # cli_* tests run the deltaspec binary from the build tree, which is not there.
         [ -x "$bin/$t" ] && step 120 "$bin/$t" --test-threads=2 --skip cli_
     done
-    step 200 env DELTASPEC_HIP_QMMA_XLAYOUT=0 "$bin/hip_fused" --test-threads=2 matrix_core norms_feeding
     unset DELTASPEC_REQUIRE_GPU
 fi
 
@@ -77,10 +80,7 @@ if want hip; then
     for rows in 8 16 32; do
         step 60 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
     done
-    # A/B: plain activation rows for the matrix-core tile (fragment order is the default).
-    for rows in 8 16 32; do
-        step 60 env DELTASPEC_HIP_QMMA_XLAYOUT=0 "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows $rows --bw-mib 64 --json
-    done
+    step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
     step 60 env DELTASPEC_HIP_FUSION=all "$ds" bench decode --model "$iq4" --backend hip:cuda -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 16 --bw-mib 64
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend hip:cuda -n 4 --rows 16 --bw-mib 64
@@ -92,8 +92,6 @@ if want wgpu; then
     step 120 env DELTASPEC_WGPU_GEMV_UNROLL=1 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
     step 90 "$ds" bench decode --model "$iq4" --backend wgpu -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend wgpu -n 16 --bw-mib 64
-    # A/B: one workgroup per norm row.
-    step 120 env DELTASPEC_WGPU_NORM_PART=0 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
 fi
 
 if want draft; then
@@ -112,10 +110,17 @@ if want spec; then
         step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
             --spec $mode --replay-profile prose -n 128
     done
-    for prof in code:chain prose:adaptive; do
+    for prof in code:chain prose:adaptive mixed:adaptive; do
         step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
             --spec "${prof#*:}" --replay-profile "${prof%:*}" -n 128
     done
+    # A/B: adaptive chain width (default on) against the full block every round.
+    for prof in prose mixed code; do
+        step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash2-27b.gguf" --backend hip:cuda \
+            --spec adaptive --adapt-width off --replay-profile $prof -n 128
+    done
+    step 120 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend hip:cuda \
+        --spec adaptive --adapt-width off --replay-profile prose -n 128
     # 128 tokens: a short run's few spec steps would carry the compile of a late verify shape.
     step 150 "$ds" bench spec --model "$iq4" --draft "$work/dflash-27b.gguf" --backend wgpu \
         --spec chain --replay-profile code -n 128
