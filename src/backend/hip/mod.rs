@@ -213,7 +213,9 @@ pub struct HipBackend {
     /// weights (`QM_PF` chunks ahead, `hip/qmma.hip` qmma_prefetch); 2 `qmma*q`, the same plus
     /// every load of a chunk issued before its first mma (IQ4_XS; the other types run as p).
     /// Speed bets for the latency-bound verify GEMVs, bit-identical (the values and their
-    /// operations are unchanged). 0 by default until measured: `DELTASPEC_HIP_QMMA_V2=1|2`.
+    /// operations are unchanged; the bit-identity tests passed on the H200). 2 by default
+    /// (H200, session 8, 27B IQ4_XS: 8/16/32 rows 12.7-13.0 / 19.2-19.6 / 30.7 ms against
+    /// 15.9-16.5 / 24.8-24.9 / 36.3 with 0): `DELTASPEC_HIP_QMMA_V2=0|1`.
     qmma_v2: u8,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
@@ -317,9 +319,9 @@ impl HipBackend {
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
             qmma_v2: match std::env::var("DELTASPEC_HIP_QMMA_V2").as_deref() {
+                Ok("0") => 0,
                 Ok("1") => 1,
-                Ok("2") => 2,
-                _ => 0,
+                _ => 2,
             },
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()

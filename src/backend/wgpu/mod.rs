@@ -950,8 +950,8 @@ impl Backend for WgpuBackend {
                 {
                     t.mark(&mut pass, 0);
                 }
-                for i in start..end {
-                    let (d, bg) = (&e.dispatches[i], &groups[i]);
+                let run = e.dispatches[start..end].iter().zip(&groups[start..end]);
+                for (i, (d, bg)) in (start..end).zip(run) {
                     pass.set_pipeline(&d.pipe.pipeline);
                     pass.set_bind_group(0, bg, &[]);
                     pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
