@@ -122,15 +122,7 @@ fn padded_tree_verify_equals_exact_width_wgpu() {
         s.commit_tree(&path(PARENTS, keep)).unwrap();
         let mut states = Vec::new();
         for (i, kind) in m.cfg.layers.iter().enumerate() {
-            let names = match kind {
-                LayerKind::Attention => {
-                    [deltaspec::state::k_cache(i), deltaspec::state::v_cache(i)]
-                }
-                LayerKind::DeltaNet => [
-                    deltaspec::state::conv_state(i),
-                    deltaspec::state::ssm_state(i),
-                ],
-            };
+            let names = state_names(*kind, i);
             for st in names {
                 states.push((st.clone(), s.read_state(&st).unwrap()));
             }
@@ -182,15 +174,7 @@ fn committed_tree_path_equals_target_on_the_path() {
         r2.forward(&all, &all_logits()).unwrap();
         let kv_row = m.cfg.n_kv_heads * m.cfg.head_dim;
         for (i, kind) in m.cfg.layers.iter().enumerate() {
-            let names = match kind {
-                LayerKind::Attention => {
-                    [deltaspec::state::k_cache(i), deltaspec::state::v_cache(i)]
-                }
-                LayerKind::DeltaNet => [
-                    deltaspec::state::conv_state(i),
-                    deltaspec::state::ssm_state(i),
-                ],
-            };
+            let names = state_names(*kind, i);
             for st in names {
                 let (mut a, mut b) = (s.read_state(&st).unwrap(), r2.read_state(&st).unwrap());
                 if *kind == LayerKind::Attention {
@@ -389,4 +373,15 @@ fn cli_generate_and_bench_with_tree_speculation() {
     assert!(text.contains("spec tree"), "{text}");
     assert!(text.lines().all(|l| l.starts_with("REPLAY")), "{text}");
     assert!(text.contains("identical to the AR baseline"), "{text}");
+}
+
+/// The two state buffers of layer `i`: K/V cache rows (attention) or conv + recurrent state.
+fn state_names(kind: LayerKind, i: usize) -> [String; 2] {
+    match kind {
+        LayerKind::Attention => [deltaspec::state::k_cache(i), deltaspec::state::v_cache(i)],
+        LayerKind::DeltaNet => [
+            deltaspec::state::conv_state(i),
+            deltaspec::state::ssm_state(i),
+        ],
+    }
 }
