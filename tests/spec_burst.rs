@@ -180,6 +180,9 @@ fn modes() -> Vec<(&'static str, SpecMode)> {
             SpecMode::Adaptive(PolicyConfig {
                 ratio: Ratio::Fixed(50.0),
                 ar_burst: BURST,
+                // The chain width follows measured wall time, so two runs could draft different
+                // lengths; the proposals are compared across runs, so keep the full block.
+                adapt_width: false,
                 ..PolicyConfig::default()
             }),
         ),
