@@ -33,6 +33,8 @@ pub struct Limits {
     pub max_rows: usize,
     /// Most weights in one dispatch (segments of the kernel).
     pub max_segments: usize,
+    /// Fold an `AddRmsNorm` reading a lone GEMV's output into that GEMV ([`Fusion::tail`]).
+    pub norm_tail: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -71,6 +73,9 @@ pub struct Fusion {
     /// the first member's output (the DeltaNet qkv projection); the GEMV runs the conv on its
     /// rows and writes the conv output instead.
     pub conv: Vec<Option<usize>>,
+    /// Per lone `MatMul` node: the `AddRmsNorm` node that is the only reader of its output,
+    /// run by the GEMV's last workgroup (matmul.wgsl NTAIL; `Limits::norm_tail`).
+    pub tail: Vec<Option<usize>>,
 }
 
 /// The nodes an attention node's preparation dispatch (`shaders/qkprep.wgsl`) replaces:
@@ -93,6 +98,7 @@ impl Fusion {
             folded: vec![false; nodes],
             qk_prep: vec![None; nodes],
             conv: Vec::new(),
+            tail: vec![None; nodes],
         }
     }
 
@@ -294,6 +300,18 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
             }
         }
     }
+    // A lone GEMV → AddRmsNorm (down, ssm_out and o_proj before the next layer's norm).
+    if lim.norm_tail {
+        for j in 0..g.nodes.len() {
+            if f.role[j].is_some() || gemv_operand(g, j, lim).is_none() {
+                continue;
+            }
+            if let Some(a) = norm_tail(g, &rd, &is_output, j, lim, f.gate_of[j].is_some()) {
+                f.tail[j] = Some(a);
+                f.folded[a] = true;
+            }
+        }
+    }
     // RmsNorm → Rope of the queries and of the keys → attention.
     for a in 0..g.nodes.len() {
         if let Some(qp) = qk_prep(g, &rd, &is_output, a, lim) {
@@ -304,6 +322,50 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
         }
     }
     f
+}
+
+/// The `AddRmsNorm` node that GEMV node `j` can run in its last workgroup: the only reader of
+/// `j`'s output, normalising rows of exactly that width (a multiple of 32) with a whole weight.
+fn norm_tail(
+    g: &Graph,
+    rd: &[Vec<usize>],
+    is_output: &dyn Fn(TensorId) -> bool,
+    j: usize,
+    lim: &Limits,
+    gated: bool,
+) -> Option<usize> {
+    let y = g.nodes[j].outputs[0];
+    if rd[y.index()].len() != 1 || is_output(y) {
+        return None;
+    }
+    let a = rd[y.index()][0];
+    let nd = &g.nodes[a];
+    if !matches!(nd.op, Op::AddRmsNorm { .. }) || (nd.inputs[0] == y) == (nd.inputs[1] == y) {
+        return None;
+    }
+    // The residual must exist when the GEMV runs (and a state could change in between).
+    let res = if nd.inputs[0] == y {
+        nd.inputs[1]
+    } else {
+        nd.inputs[0]
+    };
+    match g.tensor(g.storage_root(res)).kind {
+        TensorKind::Node { node, .. } if node > j => return None,
+        TensorKind::State => return None,
+        _ => {}
+    }
+    let d = g.tensor(y).last_dim();
+    let w = g.tensor(g.storage_root(nd.inputs[2]));
+    let m = g.tensor(g.nodes[j].inputs[1]).shape[0];
+    // x (and gate), weight, output, residual, norm weight, sum, normed, int8 pair, publish
+    // buffer and counter.
+    let bindings = 11 + u32::from(gated);
+    (d == m
+        && d.is_multiple_of(32)
+        && w.kind == TensorKind::Weight
+        && w.numel() == d
+        && bindings <= lim.max_storage)
+        .then_some(a)
 }
 
 /// The q/k preparation of attention node `a` when its queries and keys are each
@@ -353,7 +415,7 @@ fn qk_prep(
 /// The extra reads that make running each group at its first member safe: every node output
 /// live at any point in `[first, last)` stays live through `last`.
 pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
-    let last_use = crate::graph::planner::last_uses(g);
+    let mut last_use = crate::graph::planner::last_uses(g);
     // (root tensor, producing node) of every slot-holding tensor.
     let owned: Vec<(TensorId, usize)> = g
         .nodes
@@ -379,11 +441,38 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
             }
         }
     }
-    for (gi, grp) in f.groups.iter().enumerate() {
-        let (first, last) = (grp.members[0], f.last(gi));
-        for &(t, p) in &owned {
-            if p < last && last_use[t.index()] >= first && last_use[t.index()] < last {
-                extra.push((t, last));
+    // Those reads count below: an o_proj's gate operands (last read by the folded
+    // `SigmoidMul`) are read by the GEMV, so its norm tail must not write over them.
+    for &(t, n) in &extra {
+        let r = g.storage_root(t).index();
+        if last_use[r] != usize::MAX {
+            last_use[r] = last_use[r].max(n);
+        }
+    }
+    let spans: Vec<(usize, usize)> = f
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(gi, grp)| (grp.members[0], f.last(gi)))
+        .chain(
+            f.tail
+                .iter()
+                .enumerate()
+                .filter_map(|(j, a)| a.map(|a| (j, a))),
+        )
+        .collect();
+    // Until nothing changes: a tensor kept live into one span may then reach into another.
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for &(first, last) in &spans {
+            for &(t, p) in &owned {
+                let lu = &mut last_use[t.index()];
+                if p < last && *lu >= first && *lu < last {
+                    *lu = last;
+                    extra.push((t, last));
+                    changed = true;
+                }
             }
         }
     }
@@ -431,6 +520,7 @@ mod tests {
         max_storage: 32,
         max_rows: 8,
         max_segments: 4,
+        norm_tail: false,
     };
 
     /// x → (a, b) → swiglu → matmul c; plus q/k/v style projections with views in between.
