@@ -303,10 +303,23 @@ DEV void mma_s8_16x8x16(i32 (&d)[4], u32 a0, u32 a1, u32 b) {
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a0), "r"(a1), "r"(b));
 }
+// m16n8k32: k 0..15 in a0 (rows g) / a1 (rows g + 8) / b0 and k 16..31 in a2 / a3 / b1, i.e.
+// the two m16n8k16 steps (a0, a1, b0) and (a2, a3, b1) summed in one instruction (integer
+// sums, so exactly their sum).
+DEV void mma_s8_16x8x32(i32 (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
 #elif defined(DS_EMULATE)
 #define DS_HAVE_MMA_S8 1
 // The same fragment semantics on host threads (emu.h: every lane posts its fragments).
 DEV void mma_s8_16x8x16(i32 (&d)[4], u32 a0, u32 a1, u32 b) { ds_emu_mma_s8_16x8x16(d, a0, a1, b); }
+DEV void mma_s8_16x8x32(i32 (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    ds_emu_mma_s8_16x8x16(d, a0, a1, b0);
+    ds_emu_mma_s8_16x8x16(d, a2, a3, b1);
+}
 #endif
 
 // Byte-wise table lookup: out.byte[i] = table.byte[idx.byte[i]] for idx bytes in 0..15, where

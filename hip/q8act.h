@@ -30,3 +30,41 @@ DEV void q8_store_block(float x, u64 b, i8* __restrict__ XQ, float* __restrict__
         XS[b] = q.d * q.s;
     }
 }
+
+// The float combine of one 32-value item into a partial sum, shared by the dp4a kernel
+// (hip/qmatmul.hip) and the matrix-core tile (hip/qmma.hip): the same operations on the same
+// values in both is what makes a row of an N-row matmul equal the 1-row result bit for bit.
+// sum0 / sum1: the exact integer sums of values 0..15 / 16..31 as floats; s0 / s1 their weight
+// scales; xd the activation scale; m · xs the block minimum's term (NOMIN: m = 0, term skipped).
+//
+// SAME types (one weight scale per item, s0 = s1): the kernels add the two halves as integers
+// (exact) and combine once, acc + c · sum with c = xd · s0 in one fused multiply-add: 3 float
+// operations (with the bias subtraction) instead of 7 for the split form below. The split form
+// stays for types with two scales per item (Q6_K).
+constexpr i32 Q8C_BIAS_BITS = 0x4B400000;  // 12582912.0f = 1.5 · 2^23: integers near it are exact
+constexpr float Q8C_BIAS = 12582912.0f;
+
+// The float of an integer sum accumulated onto Q8C_BIAS_BITS: one subtraction instead of an
+// int → float conversion (a quarter-rate instruction on NVIDIA). Exact for |sum| < 2^22
+// (32 · 128 · 127 < 2^19).
+DEV float q8c_float(i32 biased) { return __builtin_bit_cast(float, biased) - Q8C_BIAS; }
+
+template <bool NOMIN>
+DEV float q8c_same(float acc, float xd, float s, float sum, float m, float xs) {
+    const float c = xd * s;
+    if constexpr (NOMIN) {
+        return __builtin_fmaf(c, sum, acc);
+    } else {
+        return acc + __builtin_fmaf(c, sum, m * xs);
+    }
+}
+
+template <bool NOMIN>
+DEV float q8c_split(float acc, float xd, float s0, float sum0, float s1, float sum1, float m, float xs) {
+    const float e = xd * (s0 * sum0 + s1 * sum1);
+    if constexpr (NOMIN) {
+        return acc + e;
+    } else {
+        return acc + (e + m * xs);
+    }
+}

@@ -47,7 +47,7 @@ DEV void ld32_a2(const u8* p, u32* w) {
 
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
     static constexpr u32 QK = 32, QB = 34, UMAX = 4;
-    static constexpr bool NOMIN = true;
+    static constexpr bool NOMIN = true, SAME = true;
     DEV void deq(const u8* blk, u32, QItem& it) {
         it.s0 = it.s1 = load_f16(blk);
         it.m = 0.0f;
@@ -63,7 +63,7 @@ struct IQ8_0 {  // {f16 d; i8 qs[32]}
 // ~81 L1 passes per row and item round against ~19 here. Same values, same order: same bits.
 struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
     static constexpr u32 QK = 512, QB = 544, UMAX = 4;
-    static constexpr bool NOMIN = true;
+    static constexpr bool NOMIN = true, SAME = true;
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         it.s0 = it.s1 = load_f16(blk + 2 * ib);
         it.m = 0.0f;
@@ -78,7 +78,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // UMAX: U = 2 and 4 measured no faster on the H200 (r1u2/r2u2 with iq4_words: 9.0-9.3 ms
     // against 8.8 ms a step).
     static constexpr u32 QK = 256, QB = 136, UMAX = 1;
-    static constexpr bool NOMIN = true;
+    static constexpr bool NOMIN = true, SAME = true;
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         float s0, s1;
         FIQ4_XS::scales(blk, ib, s0, s1, it.m);  // the 8-byte header as one load
@@ -94,7 +94,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 144, UMAX = 4;
-    static constexpr bool NOMIN = false;
+    static constexpr bool NOMIN = false, SAME = true;
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -113,7 +113,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 176, UMAX = 2;  // 16 words per item
-    static constexpr bool NOMIN = false;
+    static constexpr bool NOMIN = false, SAME = true;
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -137,7 +137,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
     static constexpr u32 QK = 256, QB = 210, UMAX = 2;  // 18 words per item
-    static constexpr bool NOMIN = true;
+    static constexpr bool NOMIN = true, SAME = false;
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
@@ -191,14 +191,10 @@ constexpr u32 qgemv_unroll(u32 nt, u32 r, u32 umax) {
     return u < umax ? u : umax;
 }
 
-constexpr i32 QG_BIAS_BITS = 0x4B400000;  // 12582912.0f: integers near it are exact
-constexpr float QG_BIAS = 12582912.0f;
-
-// One decoded 32-value item of R weight rows against NT activation rows (block s of each row).
-// NOMIN: the type has no block minimum (m = 0), so `+ m · xs` is skipped and XS is not read. That
-// leaves every bit unchanged: the term is ±0, which changes e only from -0 to +0, and the sum
-// acc + e is the same for both (acc starts at +0 and is never -0); hip/qmma.hip relies on the same.
-template <u32 NT, u32 R, bool NOMIN>
+// One decoded 32-value item of R weight rows against NT activation rows (block s of each row),
+// combined by q8c_same (SAME types: one scale per item) or q8c_split (hip/q8act.h), the float
+// operations hip/qmma.hip repeats. NOMIN: the type has no block minimum (m = 0), XS is not read.
+template <u32 NT, u32 R, bool NOMIN, bool SAME>
 DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float* __restrict__ XD,
                     const float* __restrict__ XS, const u32 (&xrow)[NT], u32 nb, u32 s, float (&acc)[R][NT]) {
 #pragma unroll
@@ -209,23 +205,22 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
         const float xd = XD[xb], xs = NOMIN ? 0.0f : XS[xb];
 #pragma unroll
         for (u32 r = 0; r < R; ++r) {
-            // The sums accumulate onto the bits of 1.5 · 2^23, so that the float of a sum is
-            // one subtraction instead of an int → float conversion (a quarter-rate instruction
-            // on NVIDIA, two per row pair and item: at 8 input rows the conversions alone took
-            // as many issue cycles as the dot products). Exact, as the conversion: |sum| ≤
-            // 16 · 128 · 127 < 2^22 (hip/qmma.hip's QM_BIAS uses the same identity).
-            i32 s0 = dot4_i8(it[r].w[0], a.x, QG_BIAS_BITS);
+            // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
+            // chains of 4 dot products.
+            i32 s0 = dot4_i8(it[r].w[0], a.x, Q8C_BIAS_BITS);
             s0 = dot4_i8(it[r].w[1], a.y, s0);
             s0 = dot4_i8(it[r].w[2], a.z, s0);
             s0 = dot4_i8(it[r].w[3], a.w, s0);
-            i32 s1 = dot4_i8(it[r].w[4], b.x, QG_BIAS_BITS);
+            i32 s1 = dot4_i8(it[r].w[4], b.x, SAME ? 0 : Q8C_BIAS_BITS);
             s1 = dot4_i8(it[r].w[5], b.y, s1);
             s1 = dot4_i8(it[r].w[6], b.z, s1);
             s1 = dot4_i8(it[r].w[7], b.w, s1);
-            const float f0 = __builtin_bit_cast(float, s0) - QG_BIAS;
-            const float f1 = __builtin_bit_cast(float, s1) - QG_BIAS;
-            const float e = xd * (it[r].s0 * f0 + it[r].s1 * f1);
-            acc[r][t] += NOMIN ? e : e + it[r].m * xs;
+            if constexpr (SAME) {
+                acc[r][t] = q8c_same<NOMIN>(acc[r][t], xd, it[r].s0, q8c_float(s0 + s1), it[r].m, xs);
+            } else {
+                acc[r][t] = q8c_split<NOMIN>(acc[r][t], xd, it[r].s0, q8c_float(s0), it[r].s1, q8c_float(s1),
+                                             it[r].m, xs);
+            }
         }
     }
 }
@@ -274,13 +269,13 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 for (u32 r = 0; r < R; ++r)
                     Q::deq(wrow[r] + (u64)((s + u * WARP) / IPB) * Q::QB, (s + u * WARP) % IPB, it[u][r]);
 #pragma unroll
-            for (u32 u = 0; u < U; ++u) qgemv_item<NT, R, Q::NOMIN>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
+            for (u32 u = 0; u < U; ++u) qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
         }
         for (; s < nb; s += WARP) {
             QItem it[R];
 #pragma unroll
             for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + (u64)(s / IPB) * Q::QB, s % IPB, it[r]);
-            qgemv_item<NT, R, Q::NOMIN>(it, XQ, XD, XS, xrow, nb, s, acc);
+            qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it, XQ, XD, XS, xrow, nb, s, acc);
         }
 #pragma unroll
         for (u32 r = 0; r < RO; ++r)

@@ -5,16 +5,16 @@
 // weight rows by 8 input rows at once; only the float combine stays per (row, input, item).
 //
 // LOSSLESS: a result must equal the dp4a kernel's bit for bit (a verified row must equal the
-// decoded row). Integer sums are exact, so the mma gives the same int32 sums per half item. The
-// float combine then replays the dp4a kernel's order exactly. That kernel's lane L accumulates
-// items s = L, L + 32, ... (increasing s) as
-//     acc += xd · (s0 · (float)sum0 + s1 · (float)sum1) + m · xs
-// from acc = 0, then warp_sum adds the 32 lane partials by butterfly (xor 16, 8, 4, 2, 1). Here
-// partial j (= the dp4a kernel's lane j) of an output collects the items s ≡ j (mod 32) in
-// increasing s with the same float operations, and the partials are added by the same butterfly
-// over j, so every float operation has the same operands in the same order. (float)sum is exact
-// (|sum| < 2^18): the mma accumulates onto 0x4B400000, the bits of 1.5 · 2^23, whose float minus
-// 1.5 · 2^23 is the sum (one add, no conversion instruction).
+// decoded row). Integer sums are exact, so the mma gives the same int32 sums per item (SAME
+// types: one m16n8k32 step, both halves; Q6_K: one m16n8k16 step per half). The float combine
+// then replays the dp4a kernel's order exactly. That kernel's lane L accumulates items s = L,
+// L + 32, ... (increasing s) with q8c_same / q8c_split (hip/q8act.h) from acc = 0, then warp_sum
+// adds the 32 lane partials by butterfly (xor 16, 8, 4, 2, 1). Here partial j (= the dp4a
+// kernel's lane j) of an output collects the items s ≡ j (mod 32) in increasing s with the same
+// helpers, and the partials are added by the same butterfly over j, so every float operation
+// has the same operands in the same order. The mma accumulates onto Q8C_BIAS_BITS (the bits of
+// 1.5 · 2^23), whose float minus 1.5 · 2^23 is the sum (one add, no conversion instruction).
+// The SAME form's fused multiply-add is one rounding on both sides: also the same bits.
 //
 // Residues split across warps: a block owns 16 weight rows (mma A rows) by 8·TG input rows (TG
 // groups of 8, the B columns; wider inputs loop over further groups). Its NW warps split the 32
@@ -61,12 +61,8 @@
 
 #if defined(DS_HAVE_MMA_S8)
 
-constexpr i32 QM_BIAS_BITS = 0x4B400000;  // 12582912.0f: integers near it are exact
-constexpr float QM_BIAS = 12582912.0f;
 constexpr u32 QM_ROWS = 16;  // weight rows per block (mirrored by kernels::QMMA_ROWS)
 
-// The float of an mma sum accumulated onto QM_BIAS_BITS (exact for |sum| < 2^22).
-DEV float qm_float(i32 biased) { return __builtin_bit_cast(float, biased) - QM_BIAS; }
 
 // Warps per block for TG groups of 8 input rows (mirrored by kernels::qmma_threads), and the
 // blocks per SM that ptxas must fit in registers (launch bounds). Measured with ptxas 12.9 for
@@ -284,26 +280,37 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             } else {
                 qm_pair(*(const u32x2*)(grp[tg].xq + (u64)s * 32), low, x0, x1);
             }
-            i32 d0[4] = {QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS};
-            i32 d1[4] = {QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS, QM_BIAS_BITS};
-            mma_s8_16x8x16(d0, wa0, wb0, x0);  // values 0..15 of item s
-            mma_s8_16x8x16(d1, wa1, wb1, x1);  // values 16..31
             const float xd0 = xda[jj % 2][tg], xd1 = xdc[jj % 2][tg];
-            float e[4] = {xd0 * (sa0 * qm_float(d0[0]) + sa1 * qm_float(d1[0])),
-                          xd1 * (sa0 * qm_float(d0[1]) + sa1 * qm_float(d1[1])),
-                          xd0 * (sb0 * qm_float(d0[2]) + sb1 * qm_float(d1[2])),
-                          xd1 * (sb0 * qm_float(d0[3]) + sb1 * qm_float(d1[3]))};
-            // `+ m · xs`. Without a minimum (m = 0) the dp4a kernel adds 0 · xs = ±0 (xs is
-            // finite for finite activations), which changes e only where e = -0, to +0; and
-            // acc + (-0) = acc + (+0) since acc, starting at +0, is never -0 (a sum is -0 only
-            // when both terms are). So skipping the term leaves every partial's bits unchanged.
+            // Output o: 0 ra × na, 1 ra × nc, 2 rb × na, 3 rb × nc; the combine is q8c_* of
+            // hip/q8act.h, as in the dp4a kernel (m = 0 and xs unused without a minimum).
+            const float xdo[4] = {xd0, xd1, xd0, xd1};
+            float xso[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             if constexpr (!P::NOMIN) {
-                const float xs0 = xsa[jj % 2][tg], xs1 = xsc[jj % 2][tg];
-                e[0] = e[0] + ma * xs0, e[1] = e[1] + ma * xs1;
-                e[2] = e[2] + mb * xs0, e[3] = e[3] + mb * xs1;
+                xso[0] = xso[2] = xsa[jj % 2][tg];
+                xso[1] = xso[3] = xsc[jj % 2][tg];
             }
+            const float mo[4] = {ma, ma, mb, mb};
+            if constexpr (P::SAME) {
+                // One k32 step gives the item's whole sum (both halves, exactly).
+                i32 d[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
+                mma_s8_16x8x32(d, wa0, wb0, wa1, wb1, x0, x1);
+                const float so[4] = {sa0, sa0, sb0, sb0};
 #pragma unroll
-            for (u32 o = 0; o < 4; ++o) acc[jj][tg][o] = acc[jj][tg][o] + e[o];
+                for (u32 o = 0; o < 4; ++o) {
+                    acc[jj][tg][o] = q8c_same<P::NOMIN>(acc[jj][tg][o], xdo[o], so[o], q8c_float(d[o]), mo[o], xso[o]);
+                }
+            } else {
+                i32 d0[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
+                i32 d1[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
+                mma_s8_16x8x16(d0, wa0, wb0, x0);  // values 0..15 of item s
+                mma_s8_16x8x16(d1, wa1, wb1, x1);  // values 16..31
+                const float s0o[4] = {sa0, sa0, sb0, sb0}, s1o[4] = {sa1, sa1, sb1, sb1};
+#pragma unroll
+                for (u32 o = 0; o < 4; ++o) {
+                    acc[jj][tg][o] = q8c_split<P::NOMIN>(acc[jj][tg][o], xdo[o], s0o[o], q8c_float(d0[o]), s1o[o],
+                                                         q8c_float(d1[o]), mo[o], xso[o]);
+                }
+            }
         }
     }
 }
