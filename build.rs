@@ -6,6 +6,12 @@
 //! builds and the `hip` backend reports itself unavailable with that reason. With clang, a kernel
 //! that does not compile fails the build (warnings are errors). `DELTASPEC_CLANG` picks the
 //! compiler (`none` skips the kernels).
+//!
+//! Where NVIDIA's `ptxas` is found as well (`$DELTASPEC_PTXAS`, `ptxas` on the PATH,
+//! `/usr/local/cuda/bin/ptxas`; `DELTASPEC_PTXAS=none` skips it), the sm_90 PTX is also
+//! assembled into a cubin embedded next to it: a Hopper GPU then loads machine code instead of
+//! JIT-compiling ~40 MB of PTX in the first process (40-120 s on a fresh H200).
+//! `tools/device/get_ptxas.sh` fetches a ptxas for build machines without CUDA.
 
 use std::env;
 use std::fmt::Write as _;
@@ -20,18 +26,23 @@ const AMD_TARGETS: &[&str] = &["gfx1100", "gfx1151", "gfx1201"];
 /// 8.0 needs a CUDA 12.0+ driver).
 const PTX_TARGETS: &[(&str, &str)] = &[("sm_80", "+ptx70"), ("sm_90", "+ptx80")];
 const MIN_CLANG: u32 = 19;
+/// PTX targets that also get a cubin where ptxas is found (the GPU we test on is an H200).
+const CUBIN_TARGETS: &[&str] = &["sm_90"];
 
 struct Job {
     source: String,
     path: PathBuf,
     target: &'static str,
     out: PathBuf,
+    /// Where ptxas writes this PTX job's cubin, if it makes one.
+    cubin: Option<PathBuf>,
 }
 
 fn main() {
     println!("cargo:rerun-if-changed=hip");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=DELTASPEC_CLANG");
+    println!("cargo:rerun-if-env-changed=DELTASPEC_PTXAS");
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let hip_dir =
         Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
@@ -61,6 +72,7 @@ fn main() {
         }
     };
 
+    let ptxas = find_ptxas();
     let mut jobs = Vec::new();
     for (name, path) in &sources {
         for t in AMD_TARGETS {
@@ -69,6 +81,7 @@ fn main() {
                 path: path.clone(),
                 target: t,
                 out: out_dir.join(format!("{name}.{t}.hsaco")),
+                cubin: None,
             });
         }
         for (t, _) in PTX_TARGETS {
@@ -77,6 +90,8 @@ fn main() {
                 path: path.clone(),
                 target: t,
                 out: out_dir.join(format!("{name}.{t}.ptx")),
+                cubin: (ptxas.is_some() && CUBIN_TARGETS.contains(t))
+                    .then(|| out_dir.join(format!("{name}.{t}.cubin"))),
             });
         }
     }
@@ -101,7 +116,11 @@ fn main() {
                         i
                     };
                     let Some(job) = jobs.get(i) else { break };
-                    if let Err(e) = compile(&clang, job) {
+                    let done = compile(&clang, job).and_then(|()| match (&ptxas, &job.cubin) {
+                        (Some((p, _)), Some(c)) => assemble(p, job, c),
+                        _ => Ok(()),
+                    });
+                    if let Err(e) = done {
                         failures.lock().unwrap().push(e);
                     }
                 }
@@ -118,12 +137,60 @@ fn main() {
             failures.join("\n\n")
         );
     }
+    let cubins = match &ptxas {
+        Some((_, v)) => format!(", sm_90 cubins by {v}"),
+        None => String::new(),
+    };
     let note = format!(
-        "{version}; {} kernel objects in {:.1} s",
+        "{version}; {} kernel objects in {:.1} s{cubins}",
         jobs.len(),
         start.elapsed().as_secs_f64()
     );
     write_table(&out_dir, &jobs, None, &note);
+}
+
+/// `ptxas` and its version line, if one runs: `$DELTASPEC_PTXAS` (`none`: no cubins), else
+/// `ptxas` on the PATH or CUDA's default location.
+fn find_ptxas() -> Option<(String, String)> {
+    let candidates: Vec<String> = match env::var("DELTASPEC_PTXAS") {
+        Ok(p) if p.eq_ignore_ascii_case("none") || p.is_empty() => return None,
+        Ok(p) => vec![p],
+        Err(_) => vec!["ptxas".into(), "/usr/local/cuda/bin/ptxas".into()],
+    };
+    candidates.into_iter().find_map(|p| {
+        let o = Command::new(&p).arg("--version").output().ok()?;
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let line = text
+            .lines()
+            .rfind(|l| l.contains("release"))?
+            .trim()
+            .to_string();
+        o.status.success().then_some((p, format!("ptxas {line}")))
+    })
+}
+
+/// Assembles a PTX job's output into its cubin.
+fn assemble(ptxas: &str, job: &Job, cubin: &Path) -> Result<(), String> {
+    let mut cmd = Command::new(ptxas);
+    cmd.arg(format!("-arch={}", job.target))
+        .args(["-O3", "-o"])
+        .arg(cubin)
+        .arg(&job.out);
+    match cmd.output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "{} for {}: {:?} (DELTASPEC_PTXAS=none builds without cubins)\n{}{}",
+            job.source,
+            job.target,
+            cmd,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Err(format!(
+            "{} for {}: cannot run {ptxas}: {e}",
+            job.source, job.target
+        )),
+    }
 }
 
 /// The first clang >= 19 among `$DELTASPEC_CLANG`, `/opt/rocm/llvm/bin/clang`, `clang-19`,
@@ -221,9 +288,13 @@ fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {
     let mut s = String::from("// Generated by build.rs: the embedded GPU kernel objects.\n");
     s.push_str("pub static BLOBS: &[Blob] = &[\n");
     for j in jobs {
+        let cubin = match &j.cubin {
+            Some(c) => format!("Some(include_bytes!({:?}))", c.display().to_string()),
+            None => "None".into(),
+        };
         writeln!(
             s,
-            "    Blob {{ target: {:?}, source: {:?}, bytes: include_bytes!({:?}) }},",
+            "    Blob {{ target: {:?}, source: {:?}, bytes: include_bytes!({:?}), cubin: {cubin} }},",
             j.target,
             j.source,
             j.out.display().to_string()

@@ -283,6 +283,33 @@ fn ptx_targets_the_right_sm_and_defines_every_kernel() {
     }
 }
 
+/// `e_machine` of NVIDIA cubins.
+const EM_CUDA: u16 = 190;
+
+#[test]
+fn cubins_where_built_are_cuda_elfs_with_every_kernel() {
+    // Built only where ptxas was found (build.rs); CI has none, so this usually checks nothing.
+    if !have_kernels() {
+        return;
+    }
+    for b in kernels::blobs() {
+        let Some(elf) = b.cubin else { continue };
+        let what = format!("{}.{}.cubin", b.source, b.target);
+        assert!(
+            b.target.starts_with("sm_"),
+            "{what}: cubin for a non-NVIDIA target"
+        );
+        assert_eq!(u16_at(elf, 18), EM_CUDA, "{what}: e_machine");
+        // e_flags holds the SM number in its low byte (sm_90: 90).
+        let sm: u32 = b.target.trim_start_matches("sm_").parse().unwrap();
+        assert_eq!(u32_at(elf, 48) & 0xff, sm, "{what}: e_flags SM");
+        let syms = symbols(elf);
+        for n in expected(b.source, true) {
+            assert!(syms.contains(&n), "{what}: kernel {n} missing");
+        }
+    }
+}
+
 #[test]
 fn weight_kernels_cover_the_cpu_types() {
     use deltaspec::tensor::DType;

@@ -10,6 +10,9 @@ pub struct Blob {
     /// The `hip/<source>.hip` it was compiled from.
     pub source: &'static str,
     pub bytes: &'static [u8],
+    /// The same PTX assembled for its target by ptxas at build time (`sm_*` only, where
+    /// ptxas was found): loads without the driver's JIT.
+    pub cubin: Option<&'static [u8]>,
 }
 
 include!(concat!(env!("OUT_DIR"), "/hip_kernels.rs"));

@@ -624,6 +624,19 @@ impl HipBackend {
             .find(|b| b.target == target && b.source == source)
             .ok_or_else(|| format!("no {source} kernels embedded for {target}"))?;
         if target.starts_with("sm_") {
+            // The cubin where it is this GPU's own code (e.g. sm_90 on an H100/H200), else, or
+            // if the driver refuses it, the PTX through the driver's JIT. DELTASPEC_HIP_PTX=1
+            // forces the PTX (A/B runs).
+            let own = self.drv.target().is_some_and(|t| t == target);
+            let force_ptx = std::env::var("DELTASPEC_HIP_PTX").is_ok_and(|v| v == "1");
+            if let (Some(c), true, false) = (blob.cubin, own, force_ptx) {
+                match self.drv.load_module(c) {
+                    Ok(m) => return Ok(m),
+                    Err(e) => eprintln!(
+                        "hip: {source}.{target}.cubin did not load ({e}); JIT-compiling its PTX"
+                    ),
+                }
+            }
             let mut text = blob.bytes.to_vec();
             text.push(0);
             self.drv.load_module(&text)

@@ -323,7 +323,7 @@ impl Driver for Cuda {
     }
 
     fn load_module(&self, image: &[u8]) -> Result<Handle, String> {
-        if image.last() != Some(&0) {
+        if image.last() != Some(&0) && !image.starts_with(b"\x7fELF") {
             return Err("PTX image is not NUL-terminated".into());
         }
         self.bind()?;
@@ -331,7 +331,8 @@ impl Driver for Cuda {
         let mut opts = [JIT_ERROR_LOG_BUFFER, JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
         let mut vals: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
         let mut m = std::ptr::null_mut();
-        // SAFETY: `image` is NUL-terminated PTX; the option arrays hold 2 entries each, the log
+        // SAFETY: `image` is NUL-terminated PTX or a whole cubin (ELF, which carries its own
+        // sizes); the option arrays hold 2 entries each, the log
         // buffer is live for the call and its size is passed by value as the API requires.
         let r = unsafe {
             (self.f.cuModuleLoadDataEx)(
