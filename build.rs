@@ -176,10 +176,20 @@ fn assemble(ptxas: &str, job: &Job, cubin: &Path) -> Result<(), String> {
         .args(["-O3", "-o"])
         .arg(cubin)
         .arg(&job.out);
+    run_tool(
+        cmd,
+        job,
+        ptxas,
+        " (DELTASPEC_PTXAS=none builds without cubins)",
+    )
+}
+
+/// Runs a compile step of `job`; the error names the job, the command and its output.
+fn run_tool(mut cmd: Command, job: &Job, tool: &str, hint: &str) -> Result<(), String> {
     match cmd.output() {
         Ok(o) if o.status.success() => Ok(()),
         Ok(o) => Err(format!(
-            "{} for {}: {:?} (DELTASPEC_PTXAS=none builds without cubins)\n{}{}",
+            "{} for {}: {:?}{hint}\n{}{}",
             job.source,
             job.target,
             cmd,
@@ -187,7 +197,7 @@ fn assemble(ptxas: &str, job: &Job, cubin: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&o.stderr)
         )),
         Err(e) => Err(format!(
-            "{} for {}: cannot run {ptxas}: {e}",
+            "{} for {}: cannot run {tool}: {e}",
             job.source, job.target
         )),
     }
@@ -267,21 +277,7 @@ fn compile(clang: &str, job: &Job) -> Result<(), String> {
         .arg("-o")
         .arg(&job.out)
         .arg(&job.path);
-    match cmd.output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!(
-            "{} for {}: {:?}\n{}{}",
-            job.source,
-            job.target,
-            cmd,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )),
-        Err(e) => Err(format!(
-            "{} for {}: cannot run {clang}: {e}",
-            job.source, job.target
-        )),
-    }
+    run_tool(cmd, job, clang, "")
 }
 
 fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {
