@@ -53,5 +53,9 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         }
     }
     println!("hip targets: {}", hip_report.embedded_targets.join(" "));
+    let cubins = hip::kernels::cubin_targets();
+    if !cubins.is_empty() {
+        println!("hip machine code (no PTX JIT): {}", cubins.join(" "));
+    }
     Ok(())
 }

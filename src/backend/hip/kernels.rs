@@ -22,6 +22,18 @@ pub fn blobs() -> &'static [Blob] {
     BLOBS
 }
 
+/// Targets whose kernels are also embedded as machine code (cubins: no JIT at load), sorted.
+pub fn cubin_targets() -> Vec<String> {
+    let mut t: Vec<String> = BLOBS
+        .iter()
+        .filter(|b| b.cubin.is_some())
+        .map(|b| b.target.to_string())
+        .collect();
+    t.sort();
+    t.dedup();
+    t
+}
+
 /// Why the table is empty (no clang at build time, or disabled), if it is.
 pub fn build_error() -> Option<&'static str> {
     BUILD_ERROR
