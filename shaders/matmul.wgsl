@@ -396,16 +396,11 @@ fn norm_tail(tid: u32, n_rows: u32, d: u32) {
                 NY[e + 2u] = y.z;
                 NY[e + 3u] = y.w;
             }
-            q8_put_max(tid, y);
-            workgroupBarrier();
-            let dq = q8_scale(tid);
-            let q = q8_round(y, dq.y);
-            q8_put_sum(tid, q);
-            workgroupBarrier();
+            let w = q8_word(tid, y);
             if on {
-                NXQ[e / 4u] = pack4xI8(vec4<i32>(q));
+                NXQ[e / 4u] = w.q;
                 if (tid & 7u) == 0u {
-                    NXD[e / 32u] = vec2<f32>(dq.x, dq.x * q8_sum(tid));
+                    NXD[e / 32u] = w.d;
                 }
             }
         }

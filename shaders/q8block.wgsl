@@ -1,4 +1,4 @@
-// Included by quantize.wgsl and norm.wgsl (`//#include q8block`): the per-32-value block
+// Included by quantize.wgsl, norm.wgsl and matmul.wgsl (`//#include q8block`): the per-32-value block
 // quantization of the int8-activation GEMV, for kernels where each thread holds four
 // consecutive values of a block and the eight threads of a block use consecutive slots
 // 8b .. 8b + 7 of the workgroup arrays (QWG slots, defined by the includer; every slot is
@@ -51,4 +51,21 @@ fn q8_sum(slot: u32) -> f32 {
     let g = (slot >> 3u) * 2u;
     let s = q8_s[g] + q8_s[g + 1u];
     return (s.x + s.y) + (s.z + s.w);
+}
+
+// The whole quantization of this thread's four values (`slot`'s block as above): their packed
+// int8 word and the block's (d, d · Σ q). Every thread of the workgroup must call it (two
+// barriers); threads without values pass zeros and drop the result.
+struct Q8Word {
+    q: u32,
+    d: vec2<f32>,
+}
+fn q8_word(slot: u32, x: vec4<f32>) -> Q8Word {
+    q8_put_max(slot, x);
+    workgroupBarrier();
+    let dq = q8_scale(slot);
+    let q = q8_round(x, dq.y);
+    q8_put_sum(slot, q);
+    workgroupBarrier();
+    return Q8Word(pack4xI8(vec4<i32>(q)), vec2<f32>(dq.x, dq.x * q8_sum(slot)));
 }

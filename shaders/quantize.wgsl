@@ -42,16 +42,11 @@ fn main(
     if live {
         x = load(v);
     }
-    q8_put_max(tid, x);
-    workgroupBarrier();
-    let dq = q8_scale(tid);
-    let q = q8_round(x, dq.y);
-    q8_put_sum(tid, q);
-    workgroupBarrier();
+    let w = q8_word(tid, x);
     if live {
-        XQ[v] = pack4xI8(vec4<i32>(q));
+        XQ[v] = w.q;
         if (tid & 7u) == 0u {
-            XD[v / 8u] = vec2<f32>(dq.x, dq.x * q8_sum(tid));
+            XD[v / 8u] = w.d;
         }
     }
 }
