@@ -22,18 +22,6 @@ pub fn blobs() -> &'static [Blob] {
     BLOBS
 }
 
-/// Targets whose kernels are also embedded as machine code (cubins: no JIT at load), sorted.
-pub fn cubin_targets() -> Vec<String> {
-    let mut t: Vec<String> = BLOBS
-        .iter()
-        .filter(|b| b.cubin.is_some())
-        .map(|b| b.target.to_string())
-        .collect();
-    t.sort();
-    t.dedup();
-    t
-}
-
 /// Why the table is empty (no clang at build time, or disabled), if it is.
 pub fn build_error() -> Option<&'static str> {
     BUILD_ERROR
@@ -46,7 +34,20 @@ pub fn build_note() -> &'static str {
 
 /// Distinct targets with embedded objects, sorted.
 pub fn targets() -> Vec<String> {
-    let mut t: Vec<String> = BLOBS.iter().map(|b| b.target.to_string()).collect();
+    distinct_targets(|_| true)
+}
+
+/// Targets whose kernels are also embedded as machine code (cubins: no JIT at load), sorted.
+pub fn cubin_targets() -> Vec<String> {
+    distinct_targets(|b| b.cubin.is_some())
+}
+
+fn distinct_targets(keep: impl Fn(&Blob) -> bool) -> Vec<String> {
+    let mut t: Vec<String> = BLOBS
+        .iter()
+        .filter(|b| keep(b))
+        .map(|b| b.target.to_string())
+        .collect();
     t.sort();
     t.dedup();
     t

@@ -629,7 +629,7 @@ impl HipBackend {
             // forces the PTX (A/B runs).
             let own = self.drv.target().is_some_and(|t| t == target);
             let force_ptx = std::env::var("DELTASPEC_HIP_PTX").is_ok_and(|v| v == "1");
-            if let (Some(c), true, false) = (blob.cubin, own, force_ptx) {
+            if let Some(c) = blob.cubin.filter(|_| own && !force_ptx) {
                 match self.drv.load_module(c) {
                     Ok(m) => return Ok(m),
                     Err(e) => eprintln!(

@@ -332,8 +332,8 @@ impl Driver for Cuda {
         let mut vals: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
         let mut m = std::ptr::null_mut();
         // SAFETY: `image` is NUL-terminated PTX or a whole cubin (ELF, which carries its own
-        // sizes); the option arrays hold 2 entries each, the log
-        // buffer is live for the call and its size is passed by value as the API requires.
+        // sizes); the option arrays hold 2 entries each, the log buffer is live for the call and
+        // its size is passed by value as the API requires.
         let r = unsafe {
             (self.f.cuModuleLoadDataEx)(
                 &mut m,
