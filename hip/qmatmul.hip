@@ -47,7 +47,7 @@ DEV void ld32_a2(const u8* p, u32* w) {
 
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
     static constexpr u32 QK = 32, QB = 34, UMAX = 4;
-    static constexpr bool NOMIN = true, SAME = true;
+    static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32, QItem& it) {
         it.s0 = it.s1 = load_f16(blk);
         it.m = 0.0f;
@@ -63,7 +63,7 @@ struct IQ8_0 {  // {f16 d; i8 qs[32]}
 // ~81 L1 passes per row and item round against ~19 here. Same values, same order: same bits.
 struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
     static constexpr u32 QK = 512, QB = 544, UMAX = 4;
-    static constexpr bool NOMIN = true, SAME = true;
+    static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         it.s0 = it.s1 = load_f16(blk + 2 * ib);
         it.m = 0.0f;
@@ -78,7 +78,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // UMAX: U = 2 and 4 measured no faster on the H200 (r1u2/r2u2 with iq4_words: 9.0-9.3 ms
     // against 8.8 ms a step).
     static constexpr u32 QK = 256, QB = 136, UMAX = 1;
-    static constexpr bool NOMIN = true, SAME = true;
+    static constexpr bool NOMIN = FIQ4_XS::NOMIN, SAME = FIQ4_XS::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         float s0, s1;
         FIQ4_XS::scales(blk, ib, s0, s1, it.m);  // the 8-byte header as one load
@@ -94,7 +94,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 144, UMAX = 4;
-    static constexpr bool NOMIN = false, SAME = true;
+    static constexpr bool NOMIN = FQ4_K::NOMIN, SAME = FQ4_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -113,7 +113,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 176, UMAX = 2;  // 16 words per item
-    static constexpr bool NOMIN = false, SAME = true;
+    static constexpr bool NOMIN = FQ5_K::NOMIN, SAME = FQ5_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -137,7 +137,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
     static constexpr u32 QK = 256, QB = 210, UMAX = 2;  // 18 words per item
-    static constexpr bool NOMIN = true, SAME = false;
+    static constexpr bool NOMIN = FQ6_K::NOMIN, SAME = FQ6_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
