@@ -21,6 +21,7 @@ constexpr u32 KV_THREADS = 256;
 
 KERNEL(KV_THREADS) kv_write(const float* __restrict__ k, const float* __restrict__ v, const i32* __restrict__ pos,
                             float* __restrict__ kc, float* __restrict__ vc, u32 T, u32 row, u32 cap) {
+    grid_begin();
     const u64 i = (u64)bid_x() * KV_THREADS + tid_x();
     if (i >= (u64)T * row) return;
     const u32 t = (u32)(i / row), e = (u32)(i % row);
@@ -153,6 +154,7 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     attn_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,        \
                  float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,     \
                  u32 cap, u32 causal, u32 window, const i32* mask, u32 T) {                          \
+        grid_begin();                                                                                \
         attn<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, causal,     \
                   window, mask, T);                                                                  \
     }
@@ -379,6 +381,7 @@ DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, cons
     attn_nc_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,         \
                     float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,      \
                     u32 cap, u32 window, u32 T) {                                                         \
+        grid_begin();                                                                                     \
         attn_nc<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, window, T); \
     }
 
@@ -392,6 +395,7 @@ constexpr u32 COMBINE_THREADS = 128;
 // Grid (nh, T): merges the nsplit partials of one (token, head).
 KERNEL(COMBINE_THREADS) attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
                                      float* __restrict__ out, u32 nh, u32 hd, u32 nsplit) {
+    grid_begin();
     const u64 head = (u64)bid_y() * nh + bid_x();
     const float* ml = part_ml + head * nsplit * 2;
     float M = -__builtin_inff();

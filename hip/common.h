@@ -357,3 +357,20 @@ DEV u32 lut16(u32 idx, u32 t0, u32 t1, u32 t2, u32 t3) {
 
 // The 32-bit word at byte offset `sh` (0-3) into the 64-bit little-endian pair {hi:lo}.
 DEV u32 funnel(u32 lo, u32 hi, u32 sh) { return (u32)((((u64)hi << 32) | lo) >> (8 * sh)); }
+
+// Programmatic dependent launch (NVIDIA sm_90 and later; the host sets the launch attribute,
+// src/backend/hip/driver/cuda.rs): the next kernel in the stream may start while this one still
+// runs, so its blocks' start-up and weight loads overlap our tail instead of following a drain.
+// Every kernel calls grid_begin() before it reads anything an earlier kernel wrote and before any
+// return: it lets the next grid launch (launch_dependents), then waits until the previous grid
+// has completed with its writes visible. That every grid waits is what keeps the order
+// transitive: a kernel reading what the kernel two back wrote still sees it, because the one
+// between cannot complete before its own wait returned. What may precede it: index arithmetic
+// and hints for data no kernel writes (weights: prefetch_l2). Without the attribute (AMD, the
+// emulator, older GPUs, DELTASPEC_HIP_PDL=0) the wait returns at once.
+DEV void grid_begin() {
+#if defined(__NVPTX__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}

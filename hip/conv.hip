@@ -42,6 +42,7 @@ DEV void conv_step_k4(const float* __restrict__ x, const float* __restrict__ w, 
 
 KERNEL(CONV_THREADS) conv_step(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ state,
                                float* __restrict__ y, u32 T, u32 C, u32 K) {
+    grid_begin();
     const u32 c = bid_x() * CONV_THREADS + tid_x();
     if (c >= C) return;
     if (K == 4) {
@@ -68,6 +69,7 @@ KERNEL(CONV_THREADS) conv_step(const float* __restrict__ x, const float* __restr
 KERNEL(CONV_THREADS) conv_tree(const float* __restrict__ x, const float* __restrict__ w, const i32* __restrict__ parent,
                                const float* __restrict__ state, float* __restrict__ tokens, float* __restrict__ y,
                                u32 T, u32 C, u32 K) {
+    grid_begin();
     const u32 c = bid_x() * CONV_THREADS + tid_x();
     if (c >= C) return;
     const u32 H = K - 1;

@@ -12,6 +12,7 @@ constexpr u32 DYN_THREADS = 256;
 KERNEL(DYN_THREADS) dyn_conv(const float* __restrict__ x, const float* __restrict__ base,
                              const float* __restrict__ dyn, float* __restrict__ y, u64 total, u32 C, u32 K,
                              u32 side, u32 block, u32 group, u32 G, u32 dyn_width) {
+    grid_begin();
     const u64 e = (u64)bid_x() * DYN_THREADS + tid_x();
     if (e >= total) return;
     const u32 i = (u32)(e / C), c = (u32)(e % C);
@@ -40,6 +41,7 @@ KERNEL(WALK_THREADS) selector_walk(const float* __restrict__ unary, const i32* _
                                    const float* __restrict__ pred, const float* __restrict__ seed,
                                    i32* __restrict__ tokens, float* __restrict__ scores, u32 rows, u32 k,
                                    u32 r) {
+    grid_begin();
     __shared__ float sc[64];
     const u32 n = bid_x(), lane = lane_id(), w = tid_x() / WARP;
     const float* prev = seed + (u64)n * r;

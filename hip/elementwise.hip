@@ -8,6 +8,7 @@ constexpr u32 ELEM_PER_THREAD = 4;
 #define DS_ELEMENTWISE(name, expr)                                                                \
     KERNEL(ELEM_THREADS) name(const float* __restrict__ a, const float* __restrict__ b,           \
                               float* __restrict__ y, u64 n) {                                     \
+        grid_begin();                                                                             \
         const u64 base = (u64)bid_x() * ELEM_THREADS * ELEM_PER_THREAD + tid_x();                 \
         _Pragma("unroll") for (u32 k = 0; k < ELEM_PER_THREAD; ++k) {                             \
             const u64 i = base + (u64)k * ELEM_THREADS;                                           \
@@ -27,6 +28,7 @@ DS_ELEMENTWISE(swiglu, ds_silu(x) * g)
 // y[r, j] = x[r, offset + j] for rows of `width`, j < len.
 KERNEL(ELEM_THREADS) slice_last(const float* __restrict__ x, float* __restrict__ y, u64 n, u32 width, u32 offset,
                                 u32 len) {
+    grid_begin();
     const u64 base = (u64)bid_x() * ELEM_THREADS * ELEM_PER_THREAD + tid_x();
 #pragma unroll
     for (u32 k = 0; k < ELEM_PER_THREAD; ++k) {
@@ -40,6 +42,7 @@ KERNEL(ELEM_THREADS) slice_last(const float* __restrict__ x, float* __restrict__
 
 // Fills n floats with v (NaN poisoning in tests, zeroing).
 KERNEL(ELEM_THREADS) fill_f32(float* __restrict__ y, u64 n, float v) {
+    grid_begin();
     const u64 base = (u64)bid_x() * ELEM_THREADS * ELEM_PER_THREAD + tid_x();
 #pragma unroll
     for (u32 k = 0; k < ELEM_PER_THREAD; ++k) {

@@ -278,6 +278,7 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
     name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
          float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
          float q_scale) {                                                                            \
+        grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
         gdn_step<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                               \
     }                                                                                                \
@@ -285,6 +286,7 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
     name##_tree(const float* qkv, const float* b, const float* a, const float* ssm_a,                \
                 const float* dt_bias, const i32* parent, float* state, float* tokens, float* out,    \
                 u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {     \
+        grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
         gdn<DK, SPLIT, true>(qkv, b, a, ssm_a, dt_bias, state, out, parent, tokens, p);              \
     }

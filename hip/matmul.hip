@@ -237,6 +237,7 @@ DEV void dequant(const u8* __restrict__ src, float* __restrict__ out, u64 items)
 #define DS_GEMV(name, Q, NT)                                                                       \
     KERNEL(GEMV_THREADS)                                                                           \
     gemv_##name##_##NT(const u8* W, const float* X, float* Y, u32 N, u32 K, u32 M, u64 row_bytes) { \
+        grid_begin();                                                                               \
         gemv<Q, NT>(W, X, Y, N, K, M, row_bytes);                                                  \
     }
 
@@ -247,13 +248,16 @@ DEV void dequant(const u8* __restrict__ src, float* __restrict__ out, u64 items)
     DS_GEMV(name, Q, 8)                                                                            \
     KERNEL(MM_THREADS)                                                                             \
     mm_##name(const u8* W, const float* X, float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {         \
+        grid_begin();                                                                              \
         mm_tiled<Q>(W, X, Y, N, K, M, row_bytes);                                                  \
     }                                                                                              \
     KERNEL(EMBED_THREADS)                                                                          \
     embed_##name(const u8* table, const i32* ids, float* out, u32 D, u32 V, u64 row_bytes) {       \
+        grid_begin();                                                                              \
         embed<Q>(table, ids, out, D, V, row_bytes);                                                \
     }                                                                                              \
     KERNEL(EMBED_THREADS) dequant_##name(const u8* src, float* out, u64 items) {                   \
+        grid_begin();                                                                              \
         dequant<Q>(src, out, items);                                                               \
     }
 

@@ -260,36 +260,43 @@ DEV void gated_rms_norm_impl(const float* __restrict__ x, const float* __restric
 
 KERNEL(NORM_THREADS) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, u32 D,
                               float eps) {
+    grid_begin();
     rms_norm_impl<false>(x, w, y, nullptr, nullptr, nullptr, D, eps);
 }
 KERNEL(NORM_THREADS)
 rms_norm_q8(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ, float* XD,
             float* XS, u32 D, float eps) {
+    grid_begin();
     rms_norm_impl<true>(x, w, y, XQ, XD, XS, D, eps);
 }
 
 KERNEL(NORM_THREADS) add_rms_norm(const float* __restrict__ x, const float* __restrict__ res,
                                   const float* __restrict__ w, float* __restrict__ sum, float* __restrict__ y, u32 D,
                                   float eps) {
+    grid_begin();
     add_rms_norm_impl<false>(x, res, w, sum, y, nullptr, nullptr, nullptr, D, eps);
 }
 KERNEL(NORM_THREADS)
 add_rms_norm_q8(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
                 float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+    grid_begin();
     add_rms_norm_impl<true>(x, res, w, sum, y, XQ, XD, XS, D, eps);
 }
 
 KERNEL(NORM_THREADS) gated_rms_norm(const float* __restrict__ x, const float* __restrict__ z,
                                     const float* __restrict__ w, float* __restrict__ y, u32 D, float eps) {
+    grid_begin();
     gated_rms_norm_impl<false>(x, z, w, y, nullptr, nullptr, nullptr, D, eps);
 }
 KERNEL(NORM_THREADS)
 gated_rms_norm_q8(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
                   float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+    grid_begin();
     gated_rms_norm_impl<true>(x, z, w, y, XQ, XD, XS, D, eps);
 }
 
 KERNEL(NORM_THREADS) l2_norm(const float* __restrict__ x, float* __restrict__ y, u32 D, float eps, float scale) {
+    grid_begin();
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;

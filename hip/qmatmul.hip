@@ -174,12 +174,14 @@ DEV void quantize_q8_impl(const float* __restrict__ X, const float* __restrict__
 KERNEL(QG_THREADS)
 quantize_q8(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS,
             u32 N, u32 K) {
+    grid_begin();
     quantize_q8_impl<false>(X, nullptr, XQ, XD, XS, N, K);
 }
 
 KERNEL(QG_THREADS)
 quantize_q8_gate(const float* __restrict__ X, const float* __restrict__ G, i8* __restrict__ XQ,
                  float* __restrict__ XD, float* __restrict__ XS, u32 N, u32 K) {
+    grid_begin();
     quantize_q8_impl<true>(X, G, XQ, XD, XS, N, K);
 }
 
@@ -238,14 +240,18 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     static_assert(!GLU || R % 2 == 0, "a GLU warp owns gate/up row pairs");
     const u32 lane = lane_id();
     const u32 m0 = wi * RO;
-    if (m0 >= M) return;  // the whole warp: no block-wide barrier below
     const u32 nb = K / 32;
     const u8* wrow[R];
 #pragma unroll
     for (u32 r = 0; r < R; ++r) {
         const u32 j = m0 + r % RO;
         wrow[r] = (GLU && r >= RO ? WU : W) + (u64)(j < M ? j : M - 1) * row_bytes;
+        // The lines of this lane's first item, hinted before the wait on the previous kernel
+        // (weights are never written by one): their fetch overlaps that kernel's tail.
+        if (m0 < M && lane < nb) prefetch_l2(wrow[r] + (u64)(lane / IPB) * Q::QB + (lane % IPB) * (Q::QB / IPB));
     }
+    grid_begin();
+    if (m0 >= M) return;  // the whole warp: no block-wide barrier below
     for (u32 n0 = 0; n0 < N; n0 += NT) {
         u32 xrow[NT];
 #pragma unroll

@@ -392,7 +392,10 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     const u32 lane = lane_id(), w = tid_x() / WARP;
     const u32 g = lane / 4, t = lane % 4;
     const u32 m0 = rg * (GLU ? QM_ROWS / 2 : QM_ROWS);
-    if (m0 >= M) return;  // the whole block: no thread reaches the barriers below
+    if (m0 >= M) {
+        grid_begin();
+        return;  // the whole block: no thread reaches the barriers below
+    }
     const u32 nb = K / 32;
     // This lane's weight rows (A rows g, g + 8): rows ra, rb of W, or gate and up row ra.
     const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
@@ -404,6 +407,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     const QmPrefetch pf = qmma_prefetch_lane<P, PF>(W, WU, GLU, m0, M, row_bytes, w * WARP + lane);
 #pragma unroll
     for (u32 c = 0; c < PF; ++c) qmma_prefetch<P, PF>(pf, nb, c);
+    grid_begin();  // weights hinted above, before the wait: see hip/common.h
     for (u32 n0 = 0; n0 < N; n0 += 8 * TG) {
         QmGroup grp[TG];
 #pragma unroll
@@ -589,6 +593,7 @@ DEV void qmma_quantize_impl(const float* __restrict__ X, const float* __restrict
 KERNEL(QM_Q_WARPS * WARP)
 qmma_quantize(const float* __restrict__ X, i8* __restrict__ XQ, float* __restrict__ XD, float* __restrict__ XS,
               i8* __restrict__ XQF, float* __restrict__ XDF, float* __restrict__ XSF, u32 N, u32 K) {
+    grid_begin();
     qmma_quantize_impl<false>(X, nullptr, XQ, XD, XS, XQF, XDF, XSF, N, K);
 }
 
@@ -596,6 +601,7 @@ KERNEL(QM_Q_WARPS * WARP)
 qmma_quantize_gate(const float* __restrict__ X, const float* __restrict__ G, i8* __restrict__ XQ,
                    float* __restrict__ XD, float* __restrict__ XS, i8* __restrict__ XQF, float* __restrict__ XDF,
                    float* __restrict__ XSF, u32 N, u32 K) {
+    grid_begin();
     qmma_quantize_impl<true>(X, G, XQ, XD, XS, XQF, XDF, XSF, N, K);
 }
 
@@ -604,6 +610,7 @@ qmma_quantize_gate(const float* __restrict__ X, const float* __restrict__ G, i8*
 KERNEL(QM_Q_WARPS * WARP)
 qmma_relayout(const i8* __restrict__ XQ, const float* __restrict__ XD, const float* __restrict__ XS,
               i8* __restrict__ XQF, float* __restrict__ XDF, float* __restrict__ XSF, u32 N, u32 K) {
+    grid_begin();
     const u32 nb = K / 32, lane = lane_id();
     const u64 b = (u64)bid_x() * QM_Q_WARPS + tid_x() / WARP;
     if (b >= (u64)(N + 7) / 8 * 8 * nb) return;

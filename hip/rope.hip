@@ -9,6 +9,7 @@ constexpr u32 ROPE_THREADS = 256;
 
 KERNEL(ROPE_THREADS) rope(const float* __restrict__ x, const i32* __restrict__ pos, const float* __restrict__ inv_freq,
                           float* __restrict__ y, u64 n, u32 HD, u32 D, u32 half, float m) {
+    grid_begin();
     const u64 i = (u64)bid_x() * ROPE_THREADS + tid_x();
     if (i >= n) return;
     const u32 d = (u32)(i % D);

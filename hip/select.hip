@@ -94,6 +94,7 @@ DEV void argmax_final(const float* __restrict__ part_v, const u32* __restrict__ 
 
 KERNEL(SEL_THREADS) argmax_f32(const float* __restrict__ x, float* __restrict__ part_v, u32* __restrict__ part_i,
                                i32* __restrict__ out, u32 V, u32 parts, u32 pass) {
+    grid_begin();
     if (pass == 0) {
         argmax_part(x, part_v, part_i, V, parts);
     } else {
@@ -243,6 +244,7 @@ DEV void block_top_k(const Src& src, u32 rounds, float* __restrict__ out_v, u32*
 KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ part_v, u32* __restrict__ part_i,
                               float* __restrict__ values, i32* __restrict__ indices, u32 V, u32 k, u32 kc,
                               u32 parts, u32 pass) {
+    grid_begin();
     // i32 and u32 may alias (same type up to signedness); NONE is never written there (k <= V).
     u32* out_i = (u32*)indices;
     if (pass == 0) {
@@ -264,6 +266,7 @@ KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ p
 // LogSumExp of each row (grid: rows): the row's maximum m, then m + ln Σ exp(x − m), the sum in
 // f32 and the log in f64 (rounded once). NaN and all −inf rows give NaN, as on the CPU.
 KERNEL(SEL_THREADS) logsumexp_f32(const float* __restrict__ x, float* __restrict__ out, u32 V) {
+    grid_begin();
     __shared__ float buf[SEL_THREADS / WARP];
     const float* row = x + (u64)bid_x() * V;
     float m = -__builtin_inff();

@@ -283,6 +283,38 @@ fn ptx_targets_the_right_sm_and_defines_every_kernel() {
     }
 }
 
+/// Overlapped launches (the hip backend's programmatic dependent launch on sm_90+) are only
+/// safe if every kernel waits for its predecessor (`grid_begin`, hip/common.h): one that did not
+/// could read a buffer before the kernel writing it finished, or finish before it and let the
+/// next kernel run early. So every sm_90 entry point must contain the wait; sm_80 code has none
+/// (the instruction needs sm_90, and the backend never overlaps launches of that code).
+#[test]
+fn sm90_kernels_wait_for_their_predecessor() {
+    if !have_kernels() {
+        return;
+    }
+    for b in kernels::blobs()
+        .iter()
+        .filter(|b| b.target.starts_with("sm_"))
+    {
+        let text = std::str::from_utf8(b.bytes).expect("PTX is text");
+        let mut bodies = text.split(".entry ").skip(1).peekable();
+        assert!(bodies.peek().is_some(), "{}.{}: no entry", b.source, b.target);
+        for body in bodies {
+            let name = body.split('(').next().unwrap_or("?");
+            let waits = body.contains("griddepcontrol.wait");
+            assert_eq!(
+                waits,
+                b.target == "sm_90",
+                "{}.{}: kernel {name} {} griddepcontrol.wait",
+                b.source,
+                b.target,
+                if waits { "has" } else { "lacks" }
+            );
+        }
+    }
+}
+
 /// `e_machine` of NVIDIA cubins.
 const EM_CUDA: u16 = 190;
 

@@ -391,11 +391,22 @@ impl HipBackend {
                 }
             ));
         }
+        // Overlapped launches (hip/common.h's grid_begin): the loaded code must be sm_90 or
+        // later, where grid_begin waits; DELTASPEC_HIP_PDL=0 turns them off (A/B runs).
+        let arch: u32 = b
+            .target
+            .strip_prefix("sm_")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let pdl = arch >= 90
+            && std::env::var("DELTASPEC_HIP_PDL").map_or(true, |v| v != "0")
+            && b.drv.set_programmatic_launch(true);
         b.label = format!(
-            "hip:{} ({}, {})",
+            "hip:{} ({}, {}{})",
             b.drv.api().name(),
             b.drv.device_name(),
-            b.target
+            b.target,
+            if pdl { ", overlapped launches" } else { "" }
         );
         Ok(b)
     }

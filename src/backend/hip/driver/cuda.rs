@@ -17,6 +17,35 @@ const STREAM_NON_BLOCKING: u32 = 1;
 /// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: only this thread's unsafe calls break the capture.
 const CAPTURE_MODE_THREAD_LOCAL: i32 = 1;
 
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`: the launch may overlap the previous
+/// kernel in the stream once that kernel's blocks have all triggered (`griddepcontrol`).
+const LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: u32 = 6;
+
+/// cuda.h's `CUlaunchAttribute`: the id, padding to 8 bytes, and a 64-byte value union (whose
+/// pointer members make it 8-byte aligned); `programmaticStreamSerializationAllowed` is its
+/// first `int`.
+#[repr(C, align(8))]
+struct LaunchAttribute {
+    id: u32,
+    _pad: u32,
+    value: [u8; 64],
+}
+
+/// cuda.h's `CUlaunchConfig`.
+#[repr(C)]
+struct LaunchConfig {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_bytes: u32,
+    stream: Ptr,
+    attrs: *mut LaunchAttribute,
+    num_attrs: u32,
+}
+
+/// `cuLaunchKernelEx` (CUDA >= 11.8), resolved separately like the graph entry points.
+type LaunchKernelEx =
+    unsafe extern "C" fn(*const LaunchConfig, Ptr, *mut *mut c_void, *mut *mut c_void) -> Res;
+
 /// The graph entry points (CUDA >= 11.4), resolved separately: a driver without them still runs,
 /// launching directly.
 #[allow(non_snake_case)]
@@ -95,6 +124,9 @@ struct Fns {
 pub struct Cuda {
     f: Fns,
     g: Option<GraphFns>,
+    launch_ex: Option<LaunchKernelEx>,
+    /// Launch with programmatic stream serialization (see `set_programmatic_launch`).
+    pdl: std::cell::Cell<bool>,
     dev: i32,
     ctx: Ptr,
     stream: Ptr,
@@ -150,9 +182,13 @@ impl Cuda {
         };
         // SAFETY: as above (cuda.h's declarations); stored next to `lib`.
         let g = unsafe { GraphFns::load(&lib) }.ok();
+        // SAFETY: cuda.h's declaration of cuLaunchKernelEx (LaunchConfig mirrors CUlaunchConfig).
+        let launch_ex = unsafe { symbol::<LaunchKernelEx>(&lib, "cuLaunchKernelEx") }.ok();
         let mut d = Cuda {
             f,
             g,
+            launch_ex,
+            pdl: std::cell::Cell::new(false),
             dev: 0,
             ctx: std::ptr::null_mut(),
             stream: std::ptr::null_mut(),
@@ -372,6 +408,32 @@ impl Driver for Cuda {
         args: &mut [*mut c_void],
     ) -> Result<(), String> {
         self.bind()?;
+        if let Some(ex) = self.launch_ex.filter(|_| self.pdl.get()) {
+            let mut attr = LaunchAttribute {
+                id: LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                _pad: 0,
+                value: [0; 64],
+            };
+            attr.value[..4].copy_from_slice(&1i32.to_ne_bytes());
+            let cfg = LaunchConfig {
+                grid,
+                block,
+                shared_bytes,
+                stream: self.stream,
+                attrs: &mut attr,
+                num_attrs: 1,
+            };
+            // SAFETY: as below; `cfg` and the attribute it points at live through the call.
+            let r = unsafe {
+                ex(
+                    &cfg,
+                    function.0 as Ptr,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            return self.check(r, "cuLaunchKernelEx");
+        }
         // SAFETY: the caller guarantees `args` matches the kernel's parameters (see the trait).
         let r = unsafe {
             (self.f.cuLaunchKernel)(
@@ -437,6 +499,13 @@ impl Driver for Cuda {
             unsafe { (self.f.cuEventDestroy_v2)(event.0 as Ptr) },
             "cuEventDestroy",
         )
+    }
+
+    fn set_programmatic_launch(&self, on: bool) -> bool {
+        // griddepcontrol needs sm_90; the attribute needs cuLaunchKernelEx.
+        self.pdl
+            .set(on && self.launch_ex.is_some() && self.cc.0 >= 9);
+        self.pdl.get()
     }
 
     fn graphs_supported(&self) -> bool {

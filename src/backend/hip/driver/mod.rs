@@ -83,6 +83,15 @@ pub trait Driver {
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, String>;
     fn event_destroy(&self, event: Handle) -> Result<(), String>;
 
+    /// Lets every later launch start while the previous kernel in the stream still runs
+    /// (NVIDIA's programmatic dependent launch), where the driver and GPU support it; returns
+    /// whether it is on. Only for kernels that begin with `grid_begin` (hip/common.h) in the
+    /// loaded code: every embedded kernel does, and for sm_90 and later it is not a no-op.
+    fn set_programmatic_launch(&self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
     /// Whether the driver can capture the stream's work into a replayable graph (the symbols
     /// resolved at load time). Drivers without it keep launching directly.
     fn graphs_supported(&self) -> bool {
