@@ -39,18 +39,11 @@
 //   (storageBarrier before and after: device-scope fences); the workgroup that completes the
 //   block quantizes it (the arithmetic of quantize.wgsl, q8block.wgsl) into XQO, XDO and
 //   resets the counter for the next run. Needs M % 32 == 0 and a single pass (N ≤ NT).
-// - NTAIL (one segment, not PAIR, a single pass): the AddRmsNorm reading the output runs in
-//   the dispatch: outputs are published to TY (atomics), counted into TC[0] like QOUT's blocks,
-//   and the last workgroup computes s = y + res (NS), rmsnorm(s) · w (NY; weights NW; eps
-//   pf(24)) and with NQ8 the int8 activations of NY (NXQ, NXD) for the next GEMV. The sum of
-//   squares is reduced in another order than norm.wgsl's, so results may differ in the last
-//   bits from the separate norm dispatch.
 // Constants: WG, R, RW (weight rows per workgroup: R, or R / 2 with PAIR), NT, U (int8 items
 // per round), RNT = R·NT, SEGS (weights). Flags: SG, XV4 (K % 4 == 0: x read as vec4), PAIR, SEG2..SEG4, XGATE,
 // SPLIT, Q8.
 // Params: 0 N, 1 K, 2 row bytes, 3 grid x, then per segment s at 4 + 4s: first workgroup,
-// rows, ldy, col_off; 20, 21 SPLIT's period and half; 22 n0 (Q8); 23 conv taps (CONV);
-// 24 eps (NTAIL).
+// rows, ldy, col_off; 20, 21 SPLIT's period and half; 22 n0 (Q8); 23 conv taps (CONV).
 
 //#if Q8
 @group(0) @binding(#) var<storage, read> XQ: array<vec4<u32>>;
@@ -133,26 +126,7 @@ fn qout_block(b: u32, n: u32, m_rows: u32) {
 }
 //#endif
 
-//#if NTAIL
-@group(0) @binding(#) var<storage, read> NR: array<f32>;
-@group(0) @binding(#) var<storage, read> NW: array<u32>;
-@group(0) @binding(#) var<storage, read_write> NS: array<f32>;
-@group(0) @binding(#) var<storage, read_write> NY: array<f32>;
-//#if NQ8
-@group(0) @binding(#) var<storage, read_write> NXQ: array<u32>;
-@group(0) @binding(#) var<storage, read_write> NXD: array<vec2<f32>>;
-const QWG: u32 = WG;
-//#include q8block
-//#endif
-@group(0) @binding(#) var<storage, read_write> TY: array<atomic<u32>>;
-@group(0) @binding(#) var<storage, read_write> TC: array<atomic<u32>>;
-var<workgroup> t_last: u32;
-//#endif
-
 //#dequant W0
-//#if NTAIL
-//#dequant NW
-//#endif
 //#if CONV
 //#dequant CW
 //#endif
@@ -348,68 +322,6 @@ fn conv_rows(r: u32, c: u32, n_rows: u32, parts: u32) {
     // Ascending rows: row j reads window row N + j > j, which is not yet overwritten.
     for (var j = 0u; j < hist; j++) {
         ST[j * ch + c] = cwin(n_rows + j, r, c, ch, hist, parts);
-    }
-}
-//#endif
-
-//#if NTAIL
-// Value e of the GEMV's output as published in TY.
-fn tval(e: u32) -> f32 {
-    return bitcast<f32>(atomicLoad(&TY[e]));
-}
-
-// The AddRmsNorm of the output rows (run by the last workgroup, after every output is in TY):
-// s = y + res into NS, normed = ((s · r) · w) into NY (and with NQ8 quantized as norm.wgsl's
-// Q8 form does, 4 values per thread and 8 threads per 32-value block, into NXQ, NXD).
-fn norm_tail(tid: u32, n_rows: u32, d: u32) {
-    let eps = pf(24u);
-    for (var n = 0u; n < n_rows; n++) {
-        let base = n * d;
-        var ss = 0.0;
-        for (var i = tid; i < d; i += WG) {
-            let s = tval(base + i) + NR[base + i];
-            NS[base + i] = s;
-            ss += s * s;
-        }
-        red[tid] = ss;
-        workgroupBarrier();
-        for (var h = WG / 2u; h > 0u; h >>= 1u) {
-            if tid < h {
-                red[tid] += red[tid + h];
-            }
-            workgroupBarrier();
-        }
-        let r = 1.0 / sqrt(red[0] / f32(d) + eps);
-        workgroupBarrier();
-//#if NQ8
-        let dv = d / 4u;
-        for (var v0 = 0u; v0 < dv; v0 += WG) {
-            let v = v0 + tid;
-            let on = v < dv;
-            var y = vec4<f32>(0.0);
-            let e = base + 4u * v;
-            if on {
-                let s = vec4<f32>(tval(e), tval(e + 1u), tval(e + 2u), tval(e + 3u)) + vec4<f32>(NR[e], NR[e + 1u], NR[e + 2u], NR[e + 3u]);
-                y = (s * r) * NW_dq4(0u, 4u * v);
-                NY[e] = y.x;
-                NY[e + 1u] = y.y;
-                NY[e + 2u] = y.z;
-                NY[e + 3u] = y.w;
-            }
-            let w = q8_word(tid, y);
-            if on {
-                NXQ[e / 4u] = w.q;
-                if (tid & 7u) == 0u {
-                    NXD[e / 32u] = w.d;
-                }
-            }
-        }
-//#else
-        for (var i = tid; i < d; i += WG) {
-            let s = tval(base + i) + NR[base + i];
-            NY[base + i] = (s * r) * NW_dq1(i);
-        }
-//#endif
     }
 }
 //#endif
@@ -614,9 +526,6 @@ fn main(
             }
             sum = (sum / (1.0 + exp(-sum))) * up;
 //#endif
-//#if NTAIL
-            atomicStore(&TY[n * m_rows + m0 + r], bitcast<u32>(sum));
-//#endif
 //#if Q8
             store(seg, n0 + n, m0 + r, sum);
 //#if QOUT
@@ -643,22 +552,6 @@ fn main(
         }
         if tid == 0u {
             atomicStore(&QC[b], 0u);
-        }
-    }
-//#endif
-//#if NTAIL
-    // As QOUT: outputs published, then counted; the last workgroup runs the norm.
-    storageBarrier();
-    // (Workgroups past the rows, the 2-D grid's padding, neither count nor run the tail.)
-    if tid == 0u {
-        let groups = (m_rows + RW - 1u) / RW;
-        t_last = select(0u, 1u, m0 < m_rows && atomicAdd(&TC[0], 1u) + 1u == groups);
-    }
-    if workgroupUniformLoad(&t_last) == 1u {
-        storageBarrier();
-        norm_tail(tid, n_rows, m_rows);
-        if tid == 0u {
-            atomicStore(&TC[0], 0u);
         }
     }
 //#endif

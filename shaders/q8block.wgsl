@@ -1,4 +1,4 @@
-// Included by quantize.wgsl, norm.wgsl and matmul.wgsl (`//#include q8block`): the per-32-value block
+// Included by quantize.wgsl and norm.wgsl (`//#include q8block`): the per-32-value block
 // quantization of the int8-activation GEMV, for kernels where each thread holds four
 // consecutive values of a block and the eight threads of a block use consecutive slots
 // 8b .. 8b + 7 of the workgroup arrays (QWG slots, defined by the includer; every slot is

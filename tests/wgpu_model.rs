@@ -12,12 +12,10 @@ use deltaspec::model::qwen35::{GraphOptions, LogitRows};
 use deltaspec::model::{LayerKind, Qwen35, Session, synth};
 use std::path::Path;
 
-/// The wgpu backend with f32 activations (strict comparisons) or int8 activations, and with
-/// the GEMV norm tails on or off (`None`: as `DELTASPEC_WGPU_NORM_TAIL` says).
-fn wgpu(int8: bool, norm_tail: Option<bool>) -> Option<Box<dyn Backend>> {
+/// The wgpu backend with f32 activations (strict comparisons) or int8 activations.
+fn wgpu(int8: bool) -> Option<Box<dyn Backend>> {
     match WgpuBackend::with_options(WgpuOptions {
         int8_matmul: Some(int8),
-        norm_tail,
         ..Default::default()
     }) {
         Ok(b) => Some(Box::new(b)),
@@ -46,13 +44,13 @@ fn compare(m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
 
 /// [`compare`] with int8 activations on wgpu (`int8`).
 fn compare_on(int8: bool, m: &Qwen35, prompt: &[u32], steps: usize, tol: f64, label: &str) {
-    compare_ctx((int8, None), 64, m, prompt, steps, tol, label)
+    compare_ctx(int8, 64, m, prompt, steps, tol, label)
 }
 
 /// [`compare_on`] with caches of `ctx` rows (above 256 attention runs split over the cache and
-/// its combine kernel writes the output), and the norm tails as `gpu.1` says ([`wgpu`]).
+/// its combine kernel writes the output).
 fn compare_ctx(
-    gpu: (bool, Option<bool>),
+    int8: bool,
     ctx: usize,
     m: &Qwen35,
     prompt: &[u32],
@@ -60,10 +58,7 @@ fn compare_ctx(
     tol: f64,
     label: &str,
 ) {
-    let int8 = gpu.0;
-    let Some(mut gpu) = wgpu(int8, gpu.1) else {
-        return;
-    };
+    let Some(mut gpu) = wgpu(int8) else { return };
     let mut cpu = backend::create("cpu").unwrap();
     let mut a = Session::new(m, cpu.as_mut(), ctx).unwrap();
     let mut b = Session::new(m, gpu.as_mut(), ctx).unwrap();
@@ -183,36 +178,7 @@ fn int8_activations_with_split_attention() {
     // 1024 cache rows: four attention splits, so the combine kernel writes the attention
     // output and quantizes it (times its gate) for o_proj.
     let m = synth_model(synth::Recipe::Q8_0, 5);
-    compare_ctx(
-        (true, None),
-        1024,
-        &m,
-        &PROMPT,
-        3,
-        5e-2,
-        "tiny Q8_0 int8 ctx 1024",
-    );
-}
-
-#[test]
-fn norm_tails() {
-    // The AddRmsNorm after out_proj, o_proj (with its folded output gate) and down run in the
-    // GEMV's last workgroup: f32 GEMVs, and int8 ones whose tail also quantizes for the next.
-    let m = synth_model(synth::Recipe::Q8_0, 6);
-    compare_ctx(
-        (false, Some(true)),
-        64,
-        &m,
-        &PROMPT,
-        3,
-        1e-4,
-        "tiny Q8_0 tail",
-    );
-    for (recipe, seed) in [(synth::Recipe::Q8_0, 6), (synth::Recipe::Iq4Xs, 7)] {
-        let m = synth_model(recipe, seed);
-        let label = format!("tiny {recipe:?} int8 tail");
-        compare_ctx((true, Some(true)), 64, &m, &PROMPT, 3, 5e-2, &label);
-    }
+    compare_ctx(true, 1024, &m, &PROMPT, 3, 5e-2, "tiny Q8_0 int8 ctx 1024");
 }
 
 #[test]
@@ -229,21 +195,10 @@ fn hf_fixture_model() {
 
 /// Dispatches of `g` compiled with the given switches (`None` without an adapter).
 fn count_with(g: &Graph, no_fusion: bool, int8: bool, norm_q8: bool) -> Option<usize> {
-    count_tail(g, no_fusion, int8, norm_q8, false)
-}
-
-fn count_tail(
-    g: &Graph,
-    no_fusion: bool,
-    int8: bool,
-    norm_q8: bool,
-    norm_tail: bool,
-) -> Option<usize> {
     let mut gpu = match WgpuBackend::with_options(WgpuOptions {
         no_fusion,
         int8_matmul: Some(int8),
         norm_q8: Some(norm_q8),
-        norm_tail: Some(norm_tail),
         ..Default::default()
     }) {
         Ok(g) => g,
@@ -255,7 +210,7 @@ fn count_tail(
     let exe = gpu.compile(g).unwrap();
     if std::env::var_os("DELTASPEC_LIST_DISPATCHES").is_some() {
         eprintln!(
-            "dispatches (fusion {}, int8 {int8}, norm_q8 {norm_q8}, norm_tail {norm_tail}):",
+            "dispatches (fusion {}, int8 {int8}, norm_q8 {norm_q8}):",
             !no_fusion
         );
         for l in gpu.dispatch_labels(exe).unwrap() {
@@ -314,11 +269,4 @@ fn decode_step_dispatch_count() {
     };
     eprintln!("int8: {sep} dispatches, {q8} with norm+quantize");
     assert_eq!(q8, sep - 3 * gdn - 2 * attn);
-    // Norm tails: every layer's out_proj (o_proj) and down GEMV run the AddRmsNorm that
-    // follows them in their last workgroup.
-    let Some(tail) = count_tail(&g, false, true, true, true) else {
-        return;
-    };
-    eprintln!("int8 with norm tails: {tail} dispatches");
-    assert_eq!(tail, q8 - 2 * m.cfg.n_layers);
 }

@@ -66,7 +66,6 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         max_storage: u32::MAX,
         max_rows: be.gemv_max_n,
         max_segments: kernels::QGEMV_SEGMENTS,
-        norm_tail: false,
     };
     let found = fuse::find(g, &lim);
     for grp in found.groups {

@@ -33,8 +33,6 @@ pub struct Limits {
     pub max_rows: usize,
     /// Most weights in one dispatch (segments of the kernel).
     pub max_segments: usize,
-    /// Fold an `AddRmsNorm` reading a lone GEMV's output into that GEMV ([`Fusion::tail`]).
-    pub norm_tail: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -73,9 +71,6 @@ pub struct Fusion {
     /// the first member's output (the DeltaNet qkv projection); the GEMV runs the conv on its
     /// rows and writes the conv output instead.
     pub conv: Vec<Option<usize>>,
-    /// Per lone `MatMul` node: the `AddRmsNorm` node that is the only reader of its output,
-    /// run by the GEMV's last workgroup (matmul.wgsl NTAIL; `Limits::norm_tail`).
-    pub tail: Vec<Option<usize>>,
 }
 
 /// The nodes an attention node's preparation dispatch (`shaders/qkprep.wgsl`) replaces:
@@ -98,7 +93,6 @@ impl Fusion {
             folded: vec![false; nodes],
             qk_prep: vec![None; nodes],
             conv: Vec::new(),
-            tail: vec![None; nodes],
         }
     }
 
@@ -300,18 +294,6 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
             }
         }
     }
-    // A lone GEMV → AddRmsNorm (down, ssm_out and o_proj before the next layer's norm).
-    if lim.norm_tail {
-        for j in 0..g.nodes.len() {
-            if f.role[j].is_some() || gemv_operand(g, j, lim).is_none() {
-                continue;
-            }
-            if let Some(a) = norm_tail(g, &rd, &is_output, j, lim, f.gate_of[j].is_some()) {
-                f.tail[j] = Some(a);
-                f.folded[a] = true;
-            }
-        }
-    }
     // RmsNorm → Rope of the queries and of the keys → attention.
     for a in 0..g.nodes.len() {
         if let Some(qp) = qk_prep(g, &rd, &is_output, a, lim) {
@@ -322,50 +304,6 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
         }
     }
     f
-}
-
-/// The `AddRmsNorm` node that GEMV node `j` can run in its last workgroup: the only reader of
-/// `j`'s output, normalising rows of exactly that width (a multiple of 32) with a whole weight.
-fn norm_tail(
-    g: &Graph,
-    rd: &[Vec<usize>],
-    is_output: &dyn Fn(TensorId) -> bool,
-    j: usize,
-    lim: &Limits,
-    gated: bool,
-) -> Option<usize> {
-    let y = g.nodes[j].outputs[0];
-    if rd[y.index()].len() != 1 || is_output(y) {
-        return None;
-    }
-    let a = rd[y.index()][0];
-    let nd = &g.nodes[a];
-    if !matches!(nd.op, Op::AddRmsNorm { .. }) || (nd.inputs[0] == y) == (nd.inputs[1] == y) {
-        return None;
-    }
-    // The residual must exist when the GEMV runs (and a state could change in between).
-    let res = if nd.inputs[0] == y {
-        nd.inputs[1]
-    } else {
-        nd.inputs[0]
-    };
-    match g.tensor(g.storage_root(res)).kind {
-        TensorKind::Node { node, .. } if node > j => return None,
-        TensorKind::State => return None,
-        _ => {}
-    }
-    let d = g.tensor(y).last_dim();
-    let w = g.tensor(g.storage_root(nd.inputs[2]));
-    let m = g.tensor(g.nodes[j].inputs[1]).shape[0];
-    // x (and gate), weight, output, residual, norm weight, sum, normed, int8 pair, publish
-    // buffer and counter.
-    let bindings = 11 + u32::from(gated);
-    (d == m
-        && d.is_multiple_of(32)
-        && w.kind == TensorKind::Weight
-        && w.numel() == d
-        && bindings <= lim.max_storage)
-        .then_some(a)
 }
 
 /// The q/k preparation of attention node `a` when its queries and keys are each
@@ -441,31 +379,22 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
             }
         }
     }
-    // Those reads count below: an o_proj's gate operands (last read by the folded
-    // `SigmoidMul`) are read by the GEMV, so its norm tail must not write over them.
+    // Those reads count below: a folded gate's operands (last read by the `SigmoidMul`, which
+    // may come before a group's first member) are read by the GEMV, which may come inside the
+    // group's span, where the group's early-written outputs must not take their slots.
     for &(t, n) in &extra {
         let r = g.storage_root(t).index();
         if last_use[r] != usize::MAX {
             last_use[r] = last_use[r].max(n);
         }
     }
-    let spans: Vec<(usize, usize)> = f
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(gi, grp)| (grp.members[0], f.last(gi)))
-        .chain(
-            f.tail
-                .iter()
-                .enumerate()
-                .filter_map(|(j, a)| a.map(|a| (j, a))),
-        )
-        .collect();
-    // Until nothing changes: a tensor kept live into one span may then reach into another.
+    // Until nothing changes: a tensor kept live into one group's span may then reach into
+    // another's (groups gather GEMVs from anywhere later in the graph, so spans overlap).
     let mut changed = true;
     while changed {
         changed = false;
-        for &(first, last) in &spans {
+        for gi in 0..f.groups.len() {
+            let (first, last) = (f.groups[gi].members[0], f.last(gi));
             for &(t, p) in &owned {
                 let lu = &mut last_use[t.index()];
                 if p < last && *lu >= first && *lu < last {
@@ -515,12 +444,49 @@ mod tests {
         }
     }
 
+    /// A folded gate's GEMV inside a group's span reads the gate operands there, after their
+    /// last read in the graph (the `SigmoidMul`, before the group): they stay live through
+    /// the group's last member, whose output the group writes at its first.
+    #[test]
+    fn gate_reads_inside_a_group_span() {
+        let mut b = GraphBuilder::new();
+        let x0 = b.input("x0", DType::F32, &[1, 64]).unwrap();
+        let x = b.input("x", DType::F32, &[1, 64]).unwrap();
+        let a = b.add(x0, x0).unwrap();
+        let gt = b.add(x0, x).unwrap();
+        let s = b.sigmoid_mul(a, gt).unwrap();
+        let w1 = b.weight("w1", DType::Q8_0, &[64, 64]).unwrap();
+        let w3 = b.weight("w3", DType::F16, &[32, 64]).unwrap();
+        let w2 = b.weight("w2", DType::Q8_0, &[64, 64]).unwrap();
+        let m1 = b.matmul(x, w1).unwrap();
+        let y = b.matmul(s, w3).unwrap();
+        let m2 = b.matmul(x, w2).unwrap();
+        b.output("m1", m1).unwrap();
+        b.output("y", y).unwrap();
+        b.output("m2", m2).unwrap();
+        let g = b.build();
+        let f = find(&g, &LIM);
+        let idx = |t: TensorId| match g.tensor(t).kind {
+            TensorKind::Node { node, .. } => node,
+            _ => unreachable!(),
+        };
+        assert_eq!(f.groups.len(), 1);
+        assert_eq!(f.groups[0].members, vec![idx(m1), idx(m2)]);
+        assert_eq!(f.gate_of[idx(y)], Some(idx(s)));
+        let extra = extra_uses(&g, &f);
+        let plan = Plan::with_uses(&g, &extra);
+        let slot = |t: TensorId| plan.slot_of[g.storage_root(t).index()];
+        for t in [a, gt] {
+            assert!(extra.contains(&(t, idx(m2))), "{}", g.tensor(t).name);
+            assert_ne!(slot(t), slot(m2), "{}", g.tensor(t).name);
+        }
+    }
+
     const LIM: Limits = Limits {
         max_binding: 1 << 30,
         max_storage: 32,
         max_rows: 8,
         max_segments: 4,
-        norm_tail: false,
     };
 
     /// x → (a, b) → swiglu → matmul c; plus q/k/v style projections with views in between.

@@ -112,9 +112,6 @@ pub struct Caps {
     /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
     /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
     pub norm_q8: bool,
-    /// An `AddRmsNorm` reading a lone GEMV's output runs in that GEMV's last workgroup
-    /// (`DELTASPEC_WGPU_NORM_TAIL=1`, see matmul.wgsl NTAIL).
-    pub norm_tail: bool,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -136,13 +133,11 @@ pub(super) struct Ctx<'g> {
     /// The smallest subgroup the kernels may meet; 0 without subgroups.
     pub subgroup_min: u32,
     pub int8: bool,
-    pub norm_q8: bool,
+    norm_q8: bool,
     pub q8: Option<Q8Buf>,
     /// A second pair of int8 buffers, written by GEMVs that quantize their own output (QOUT)
     /// while they read their input from the first pair.
     pub q8_out: Option<Q8Buf>,
-    /// A third pair, written by a GEMV's norm tail (NTAIL) when its input is in the first.
-    pub q8_tail: Option<Q8Buf>,
     /// Scratch of QOUT: output values and per-block counters (zero between runs).
     pub qout_scratch: Option<(usize, usize)>,
     pub fusion: Fusion,
@@ -849,7 +844,6 @@ pub fn plan(g: &Graph, caps: &Caps) -> (Fusion, Plan) {
         max_storage: caps.max_storage - u32::from(caps.int8),
         max_rows: *shaders::GEMV_BUCKETS.last().expect("buckets") as usize,
         max_segments: 4,
-        norm_tail: caps.norm_tail,
     };
     let fusion = if !caps.fusion {
         Fusion::none(g.nodes.len())
@@ -872,7 +866,6 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         norm_q8: caps.int8 && caps.norm_q8,
         q8: None,
         q8_out: None,
-        q8_tail: None,
         qout_scratch: None,
         fusion,
         label: String::new(),

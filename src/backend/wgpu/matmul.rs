@@ -37,27 +37,6 @@ struct Epi {
     conv: Option<(Res, DType, Res, usize)>,
     /// The SwiGLU output is also quantized (QOUT): `[values, counters, packed int8, scales]`.
     qout: Option<[Res; 4]>,
-    /// An `AddRmsNorm` of the output run by the last workgroup (NTAIL).
-    tail: Option<Tail>,
-}
-
-/// A GEMV's norm tail: `s = y + res`, `normed = rmsnorm(s) · w` over rows of `d` = the GEMV's
-/// rows (matmul.wgsl NTAIL).
-#[derive(Clone, Copy)]
-struct Tail {
-    res: Res,
-    w: Res,
-    wt: DType,
-    sum: Res,
-    normed: Res,
-    normed_id: TensorId,
-    eps: f32,
-    d: usize,
-    /// Output values (published through atomics) and the workgroup counter.
-    vals: Res,
-    count: Res,
-    /// The int8 pair `normed` is quantized into (when an int8 GEMV reads it).
-    q8: Option<(Res, Res)>,
 }
 
 fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
@@ -172,14 +151,6 @@ impl Ctx<'_> {
             self.q8 = Some(q);
             return Ok((Res::Scratch(o.xq), Res::Scratch(o.xd)));
         }
-        // A GEMV's norm tail quantized its normed output into the third pair.
-        if let Some(o) = self.q8_tail
-            && o.holds == Some(key)
-            && matches!(self.g.tensor(key.0).kind, TensorKind::Node { .. })
-        {
-            self.q8 = Some(q);
-            return Ok((Res::Scratch(o.xq), Res::Scratch(o.xd)));
-        }
         // Node outputs and inputs are written once per run; a state may change in between.
         let stable = |id: TensorId| self.g.tensor(id).kind != TensorKind::State;
         let fresh = q.holds == Some(key) && stable(src.ids.0) && src.ids.1.is_none_or(stable);
@@ -219,97 +190,17 @@ impl Ctx<'_> {
         if epi.conv.is_some() && n > widest {
             return Err(unsupported(op, "a conv epilogue over several GEMV passes"));
         }
-        if epi.tail.is_some() && n > widest {
-            return Err(unsupported(op, "a norm tail over several GEMV passes"));
-        }
         if !self.int8_applies(t, n, k) {
             let x = vec![src.x];
             let x = x.into_iter().chain(src.gate).collect();
-            let epi = self.tail_q8(epi, n, None);
             return self.gemv_pass(op, t, n, k, rb, x, segs, epi, None);
         }
         let (xq, xd) = self.quantize(op, src, n, k)?;
-        let epi = self.tail_q8(epi, n, Some(xq));
         for n0 in (0..n).step_by(widest) {
             let rows = (n - n0).min(widest);
             self.gemv_pass(op, t, rows, k, rb, vec![xq, xd], segs, epi, Some(n0))?;
         }
         Ok(())
-    }
-
-    /// The int8 pair a norm tail quantizes its output into, when an int8 GEMV reads that
-    /// output: the first pair, or the third when the GEMV reads the first (`input`).
-    fn tail_q8(&mut self, mut epi: Epi, n: usize, input: Option<Res>) -> Epi {
-        let Some(mut t) = epi.tail else {
-            return epi;
-        };
-        let d = t.d;
-        if !(self.norm_q8
-            && shaders::norm_q8_applies("ADD", d)
-            && self.int8_reader(t.normed_id) == Some((n, d)))
-        {
-            return epi;
-        }
-        let first = match self.q8 {
-            Some(q) => q,
-            None => self.q8_bufs(n, d).0,
-        };
-        let mut q = if input == Some(Res::Scratch(first.xq)) {
-            self.q8_tail.unwrap_or(Q8Buf {
-                xq: self.scratch_index(0),
-                xd: self.scratch_index(0),
-                holds: None,
-            })
-        } else {
-            first
-        };
-        self.grow_scratch(q.xq, n * d);
-        self.grow_scratch(q.xd, n * d / 32 * 8);
-        q.holds = Some((self.g.storage_root(t.normed_id), None, n, d));
-        if q.xq == first.xq {
-            self.q8 = Some(q);
-        } else {
-            self.q8_tail = Some(q);
-        }
-        t.q8 = Some((Res::Scratch(q.xq), Res::Scratch(q.xd)));
-        epi.tail = Some(t);
-        epi
-    }
-
-    /// The norm tail of GEMV node `node` (its output's `AddRmsNorm` node `a`) for `n` rows.
-    fn tail_of(&mut self, node: usize, a: usize, n: usize) -> Result<Tail, BackendError> {
-        let g: &Graph = self.g;
-        let nd = &g.nodes[a];
-        let y = g.nodes[node].outputs[0];
-        let res = if nd.inputs[0] == y {
-            nd.inputs[1]
-        } else {
-            nd.inputs[0]
-        };
-        let Op::AddRmsNorm { eps } = nd.op else {
-            return Err(unsupported(&nd.op, "a norm tail of another op"));
-        };
-        let (w, wt) = self.whole(&nd.op, nd.inputs[2])?;
-        let d = g.tensor(y).last_dim();
-        let (vals, counts) = match self.qout_scratch {
-            Some(s) => s,
-            None => (self.scratch_index(0), self.scratch_index(0)),
-        };
-        self.qout_scratch = Some((vals, counts));
-        self.grow_scratch(vals, n * d * 4);
-        Ok(Tail {
-            res: self.res(res),
-            w,
-            wt,
-            sum: self.res(nd.outputs[0]),
-            normed: self.res(nd.outputs[1]),
-            normed_id: nd.outputs[1],
-            eps,
-            d,
-            vals: Res::Scratch(vals),
-            count: Res::Scratch(counts),
-            q8: None,
-        })
     }
 
     /// One GEMV dispatch reading activations `x` (x and gate, or with `n0` int8 rows
@@ -332,7 +223,6 @@ impl Ctx<'_> {
             split,
             conv,
             qout,
-            tail,
         } = epi;
         let items = k / shaders::item_elems(t);
         let rows = if pair {
@@ -370,10 +260,6 @@ impl Ctx<'_> {
             params.resize(23, 0);
             params.push(u(op, kw)?);
         }
-        if let Some(t) = tail {
-            params.resize(24, 0);
-            params.push(t.eps.to_bits());
-        }
         let (groups, gx) = super::lower::grid(first);
         params[3] = gx;
         let gate = x.len() == 2 && n0.is_none();
@@ -394,16 +280,6 @@ impl Ctx<'_> {
             }
             binds.extend(q);
         }
-        if let Some(t) = tail {
-            if pair || segs.len() != 1 || n0.is_some_and(|n0| n0 != 0) || segs[0].rows != t.d {
-                return Err(unsupported(op, "a norm tail of this GEMV"));
-            }
-            binds.extend([t.res, t.w, t.sum, t.normed]);
-            if let Some((xq, xd)) = t.q8 {
-                binds.extend([xq, xd]);
-            }
-            binds.extend([t.vals, t.count]);
-        }
         let key = shaders::gemv_key(
             t,
             shape,
@@ -421,13 +297,6 @@ impl Ctx<'_> {
             None => key,
         }
         .flag_if(qout.is_some(), "QOUT");
-        let key = match tail {
-            Some(t) => key
-                .flag("NTAIL")
-                .flag_if(t.q8.is_some(), "NQ8")
-                .dq("NW", t.wt),
-            None => key,
-        };
         self.step(key, p(&params), binds, groups);
         Ok(())
     }
@@ -460,13 +329,6 @@ impl Ctx<'_> {
         let y = self.res(nd.outputs[0]);
         let gemv = n <= *GEMV_BUCKETS.last().expect("buckets") as usize
             || self.int8_applies(w.dtype, n, k);
-        let tail = match self.fusion.tail[node] {
-            Some(a) => Some(self.tail_of(node, a, n)?),
-            None => None,
-        };
-        if tail.is_some() && (!gemv || w.parts.len() != 1) {
-            return Err(unsupported(op, "a norm tail of a tiled or split matmul"));
-        }
         for (r, first, rows) in w.parts {
             if gemv {
                 let seg = Seg {
@@ -476,17 +338,7 @@ impl Ctx<'_> {
                     col_off: first,
                     y,
                 };
-                let epi = Epi {
-                    tail,
-                    ..Epi::default()
-                };
-                if tail.is_some() {
-                    self.labelled("+add_rms_norm", |cx| {
-                        cx.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], epi)
-                    })?;
-                } else {
-                    self.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], epi)?;
-                }
+                self.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], Epi::default())?;
             } else {
                 let tn = shaders::tile_n(n);
                 let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn as usize))?);
@@ -618,7 +470,6 @@ impl Ctx<'_> {
             split,
             conv,
             qout,
-            tail: None,
         };
         self.gemv(op, dtype, n, k, rb, src, &segs, epi)
     }

@@ -62,9 +62,6 @@ pub struct WgpuOptions {
     /// activations themselves (no quantize dispatch). `None`: on unless
     /// `DELTASPEC_WGPU_NORM_Q8=0`.
     pub norm_q8: Option<bool>,
-    /// An `AddRmsNorm` reading a lone GEMV's output (down, ssm_out, o_proj) runs in that GEMV's
-    /// last workgroup (one dispatch fewer per norm). `None`: on with `DELTASPEC_WGPU_NORM_TAIL=1`.
-    pub norm_tail: Option<bool>,
 }
 
 impl WgpuOptions {
@@ -735,9 +732,6 @@ impl Backend for WgpuBackend {
             int8: self.opts.int8(),
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
-            }),
-            norm_tail: self.opts.norm_tail.unwrap_or_else(|| {
-                std::env::var_os("DELTASPEC_WGPU_NORM_TAIL").is_some_and(|v| v == "1")
             }),
         };
         let (fusion, plan) = lower::plan(graph, &caps);

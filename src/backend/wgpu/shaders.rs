@@ -557,12 +557,6 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                 }
                 v.push(gemv_key(t, shape, sg, true, 2, true));
                 v.push(gemv_key(t, shape, sg, true, 1, false).flag("XGATE"));
-                v.push(
-                    gemv_key(t, shape, sg, true, 1, false)
-                        .flag("XGATE")
-                        .flag("NTAIL")
-                        .dq("NW", DType::F32),
-                );
                 v.push(gemv_key(t, shape, sg, true, 3, false).flag("SPLIT"));
                 v.push(
                     gemv_key(t, shape, sg, true, 4, false)
@@ -580,15 +574,6 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                         v.push(gemv_key(t, shape, sg, true, segs, false).flag("Q8"));
                     }
                     v.push(gemv_key(t, shape, sg, true, 2, true).flag("Q8"));
-                    for nq8 in [false, true] {
-                        v.push(
-                            gemv_key(t, shape, sg, true, 1, false)
-                                .flag("Q8")
-                                .flag("NTAIL")
-                                .flag_if(nq8, "NQ8")
-                                .dq("NW", DType::BF16),
-                        );
-                    }
                     v.push(
                         gemv_key(t, shape, sg, true, 2, true)
                             .flag("Q8")
