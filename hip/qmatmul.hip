@@ -46,7 +46,7 @@ DEV void ld32_a2(const u8* p, u32* w) {
 }
 
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
-    static constexpr u32 QK = 32, QB = 34, UMAX = 4;
+    static constexpr u32 QK = 32, QB = 34, UMAX = 4, PF = 0;
     static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32, QItem& it) {
         it.s0 = it.s1 = load_f16(blk);
@@ -62,7 +62,7 @@ struct IQ8_0 {  // {f16 d; i8 qs[32]}
 // offset: a warp's load of 32 consecutive 34-byte blocks touched ~9 lines per instruction,
 // ~81 L1 passes per row and item round against ~19 here. Same values, same order: same bits.
 struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
-    static constexpr u32 QK = 512, QB = 544, UMAX = 4;
+    static constexpr u32 QK = 512, QB = 544, UMAX = 4, PF = 0;
     static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         it.s0 = it.s1 = load_f16(blk + 2 * ib);
@@ -77,7 +77,7 @@ struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
 struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // UMAX: U = 2 and 4 measured no faster on the H200 (r1u2/r2u2 with iq4_words: 9.0-9.3 ms
     // against 8.8 ms a step).
-    static constexpr u32 QK = 256, QB = 136, UMAX = 1;
+    static constexpr u32 QK = 256, QB = 136, UMAX = 1, PF = 0;
     static constexpr bool NOMIN = FIQ4_XS::NOMIN, SAME = FIQ4_XS::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         float s0, s1;
@@ -93,7 +93,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 };
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
-    static constexpr u32 QK = 256, QB = 144, UMAX = 4;
+    static constexpr u32 QK = 256, QB = 144, UMAX = 4, PF = 0;
     static constexpr bool NOMIN = FQ4_K::NOMIN, SAME = FQ4_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
@@ -112,7 +112,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 };
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
-    static constexpr u32 QK = 256, QB = 176, UMAX = 2;  // 16 words per item
+    static constexpr u32 QK = 256, QB = 176, UMAX = 2, PF = 0;  // 16 words per item
     static constexpr bool NOMIN = FQ5_K::NOMIN, SAME = FQ5_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
@@ -136,7 +136,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 };
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
-    static constexpr u32 QK = 256, QB = 210, UMAX = 2;  // 18 words per item
+    static constexpr u32 QK = 256, QB = 210, UMAX = 2, PF = 4;  // 18 words per item
     static constexpr bool NOMIN = FQ6_K::NOMIN, SAME = FQ6_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
@@ -227,6 +227,24 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
     }
 }
 
+// L2 prefetch of the weights Q::PF rounds ahead. A round is the 32 items the warp's lanes take
+// at once: 32 / IPB whole blocks, RB contiguous bytes of each row, so a few lanes hint its lines.
+// Hints write no register: the warp keeps PF · RB bytes per row requested beyond its loads
+// without the registers of a deeper unroll. Measured per type (H200, ncu kernel durations of the
+// 8-layer 27B step): Q6_K (128 registers, 4 blocks per SM) lm_head 380 -> 342 us with PF = 4;
+// IQ4_XS no faster (gate/up 35.9 -> 36.6 us; 72 -> 95 registers), so PF = 0 there and for the
+// types not measured. Round 0 (PF = 0: only it) is hinted before grid_begin, so its fetch
+// overlaps the previous kernel's tail. No value depends on a hint.
+template <class Q, u32 R>
+DEV void qgemv_prefetch(const u8* const (&wrow)[R], u32 round, u32 nb, u32 lane) {
+    constexpr u32 IPB = Q::QK / 32, RB = WARP / IPB * Q::QB;
+    const u64 off = (u64)round * RB + lane * 128;
+    if (lane * 128 < RB && off < (u64)(nb / IPB) * Q::QB) {
+#pragma unroll
+        for (u32 r = 0; r < R; ++r) prefetch_l2(wrow[r] + off);
+    }
+}
+
 // The rows of warp `wi`. Plain (GLU = false): weight rows [wi·R, wi·R + R) of W into Y[N, M].
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
@@ -246,9 +264,11 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     for (u32 r = 0; r < R; ++r) {
         const u32 j = m0 + r % RO;
         wrow[r] = (GLU && r >= RO ? WU : W) + (u64)(j < M ? j : M - 1) * row_bytes;
-        // The lines of this lane's first item, hinted before the wait on the previous kernel
-        // (weights are never written by one): their fetch overlaps that kernel's tail.
-        if (m0 < M && lane < nb) prefetch_l2(wrow[r] + (u64)(lane / IPB) * Q::QB + (lane % IPB) * (Q::QB / IPB));
+    }
+    // Weights are never written by a kernel, so they may be hinted before the wait.
+    if (m0 < M) {
+#pragma unroll
+        for (u32 j = 0; j < (Q::PF ? Q::PF : 1); ++j) qgemv_prefetch<Q, R>(wrow, j, nb, lane);
     }
     grid_begin();
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below
@@ -268,6 +288,10 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         constexpr u32 U = UF ? UF : qgemv_unroll(NT, R, Q::UMAX);
         u32 s = lane;
         for (; s + (U - 1) * WARP < nb; s += U * WARP) {
+            if constexpr (Q::PF > 0) {
+#pragma unroll
+                for (u32 u = 0; u < U; ++u) qgemv_prefetch<Q, R>(wrow, s / WARP + Q::PF + u, nb, lane);
+            }
             QItem it[U][R];
 #pragma unroll
             for (u32 u = 0; u < U; ++u)
@@ -278,6 +302,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
             for (u32 u = 0; u < U; ++u) qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
         }
         for (; s < nb; s += WARP) {
+            if constexpr (Q::PF > 0) qgemv_prefetch<Q, R>(wrow, s / WARP + Q::PF, nb, lane);
             QItem it[R];
 #pragma unroll
             for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + (u64)(s / IPB) * Q::QB, s % IPB, it[r]);
