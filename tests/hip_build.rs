@@ -299,7 +299,12 @@ fn sm90_kernels_wait_for_their_predecessor() {
     {
         let text = std::str::from_utf8(b.bytes).expect("PTX is text");
         let mut bodies = text.split(".entry ").skip(1).peekable();
-        assert!(bodies.peek().is_some(), "{}.{}: no entry", b.source, b.target);
+        assert!(
+            bodies.peek().is_some(),
+            "{}.{}: no entry",
+            b.source,
+            b.target
+        );
         for body in bodies {
             let name = body.split('(').next().unwrap_or("?");
             let waits = body.contains("griddepcontrol.wait");
