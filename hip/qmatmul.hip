@@ -286,6 +286,15 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         // The items are still accumulated in increasing s, so the sums are the same for every U.
         // UF: a forced U (the 1-row variants below); 0: the type's default for this tile.
         constexpr u32 U = UF ? UF : qgemv_unroll(NT, R, Q::UMAX);
+        // Item s of a row sits in block s / IPB at index s % IPB; with s = lane + 32·j the
+        // index is the lane's for every j (IPB divides 32) and the block advances by RB bytes a
+        // round, so each row is a running pointer: no 64-bit address product per item, and the
+        // index's shifts and offsets are loop-invariant.
+        constexpr u32 RB = WARP / IPB * Q::QB;
+        const u32 ib = lane % IPB;
+        const u8* p[R];
+#pragma unroll
+        for (u32 r = 0; r < R; ++r) p[r] = wrow[r] + (u64)(lane / IPB) * Q::QB;
         u32 s = lane;
         for (; s + (U - 1) * WARP < nb; s += U * WARP) {
             if constexpr (Q::PF > 0) {
@@ -296,17 +305,20 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 #pragma unroll
             for (u32 u = 0; u < U; ++u)
 #pragma unroll
-                for (u32 r = 0; r < R; ++r)
-                    Q::deq(wrow[r] + (u64)((s + u * WARP) / IPB) * Q::QB, (s + u * WARP) % IPB, it[u][r]);
+                for (u32 r = 0; r < R; ++r) Q::deq(p[r] + u * RB, ib, it[u][r]);
 #pragma unroll
             for (u32 u = 0; u < U; ++u) qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
+#pragma unroll
+            for (u32 r = 0; r < R; ++r) p[r] += U * RB;
         }
         for (; s < nb; s += WARP) {
             if constexpr (Q::PF > 0) qgemv_prefetch<Q, R>(wrow, s / WARP + Q::PF, nb, lane);
             QItem it[R];
 #pragma unroll
-            for (u32 r = 0; r < R; ++r) Q::deq(wrow[r] + (u64)(s / IPB) * Q::QB, s % IPB, it[r]);
+            for (u32 r = 0; r < R; ++r) Q::deq(p[r], ib, it[r]);
             qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it, XQ, XD, XS, xrow, nb, s, acc);
+#pragma unroll
+            for (u32 r = 0; r < R; ++r) p[r] += RB;
         }
 #pragma unroll
         for (u32 r = 0; r < RO; ++r)
