@@ -577,3 +577,24 @@ impl Drop for Cuda {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    /// The launch structs mirror cuda.h's layout on 64-bit hosts (the driver reads them by
+    /// offset): `CUlaunchAttribute` is 72 bytes (id, pad, 64-byte value) and `CUlaunchConfig`
+    /// 56 (six dims, shared bytes, then the 8-byte aligned stream and attribute pointers).
+    #[test]
+    fn launch_structs_match_cuda_h() {
+        assert_eq!(size_of::<LaunchAttribute>(), 72);
+        assert_eq!(align_of::<LaunchAttribute>(), 8);
+        assert_eq!(offset_of!(LaunchAttribute, value), 8);
+        assert_eq!(offset_of!(LaunchConfig, shared_bytes), 24);
+        assert_eq!(offset_of!(LaunchConfig, stream), 32);
+        assert_eq!(offset_of!(LaunchConfig, attrs), 40);
+        assert_eq!(offset_of!(LaunchConfig, num_attrs), 48);
+        assert_eq!(size_of::<LaunchConfig>(), 56);
+    }
+}
