@@ -235,9 +235,13 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
 // IQ4_XS no faster (gate/up 35.9 -> 36.6 us; 72 -> 95 registers), so PF = 0 there and for the
 // types not measured. Round 0 (PF = 0: only it) is hinted before grid_begin, so its fetch
 // overlaps the previous kernel's tail. No value depends on a hint.
+// Bytes one round of 32 items advances a row: 32 / IPB whole blocks.
+template <class Q>
+constexpr u32 qgemv_round_bytes() { return WARP / (Q::QK / 32) * Q::QB; }
+
 template <class Q, u32 R>
 DEV void qgemv_prefetch(const u8* const (&wrow)[R], u32 round, u32 nb, u32 lane) {
-    constexpr u32 IPB = Q::QK / 32, RB = WARP / IPB * Q::QB;
+    constexpr u32 IPB = Q::QK / 32, RB = qgemv_round_bytes<Q>();
     const u64 off = (u64)round * RB + lane * 128;
     if (lane * 128 < RB && off < (u64)(nb / IPB) * Q::QB) {
 #pragma unroll
@@ -290,7 +294,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         // index is the lane's for every j (IPB divides 32) and the block advances by RB bytes a
         // round, so each row is a running pointer: no 64-bit address product per item, and the
         // index's shifts and offsets are loop-invariant.
-        constexpr u32 RB = WARP / IPB * Q::QB;
+        constexpr u32 RB = qgemv_round_bytes<Q>();
         const u32 ib = lane % IPB;
         const u8* p[R];
 #pragma unroll

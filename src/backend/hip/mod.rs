@@ -400,7 +400,7 @@ impl HipBackend {
             .unwrap_or(0);
         let pdl = arch >= 90
             && std::env::var("DELTASPEC_HIP_PDL").map_or(true, |v| v != "0")
-            && b.drv.set_programmatic_launch(true);
+            && b.drv.enable_programmatic_launch();
         b.label = format!(
             "hip:{} ({}, {}{})",
             b.drv.api().name(),

@@ -125,7 +125,7 @@ pub struct Cuda {
     f: Fns,
     g: Option<GraphFns>,
     launch_ex: Option<LaunchKernelEx>,
-    /// Launch with programmatic stream serialization (see `set_programmatic_launch`).
+    /// Launch with programmatic stream serialization (see `enable_programmatic_launch`).
     pdl: std::cell::Cell<bool>,
     dev: i32,
     ctx: Ptr,
@@ -501,10 +501,9 @@ impl Driver for Cuda {
         )
     }
 
-    fn set_programmatic_launch(&self, on: bool) -> bool {
+    fn enable_programmatic_launch(&self) -> bool {
         // griddepcontrol needs sm_90; the attribute needs cuLaunchKernelEx.
-        self.pdl
-            .set(on && self.launch_ex.is_some() && self.cc.0 >= 9);
+        self.pdl.set(self.launch_ex.is_some() && self.cc.0 >= 9);
         self.pdl.get()
     }
 

@@ -87,8 +87,7 @@ pub trait Driver {
     /// (NVIDIA's programmatic dependent launch), where the driver and GPU support it; returns
     /// whether it is on. Only for kernels that begin with `grid_begin` (hip/common.h) in the
     /// loaded code: every embedded kernel does, and for sm_90 and later it is not a no-op.
-    fn set_programmatic_launch(&self, on: bool) -> bool {
-        let _ = on;
+    fn enable_programmatic_launch(&self) -> bool {
         false
     }
 
