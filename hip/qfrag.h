@@ -42,8 +42,8 @@ struct FIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}, 8-byte a
         s0 = s1 = d * small_float((i32)(lo | (hi << 4)) - 32);
         m = 0.0f;
     }
-    // Item ib's 16 quant bytes, word t holding values 4t .. 4t+3 (low nibbles) and 16 + 4t ..
-    // (high): RAW16 lets hip/qmma.hip load two items' words at once and decode them here.
+    // Item ib's 16 quant bytes, word t holding values 4t .. 4t+3 and 16 + 4t .. 19 + 4t (in
+    // the file's nibble order, or regrouped on NVIDIA: iq4_nibble in hip/quant.h): RAW16 lets hip/qmma.hip load two items' words at once and decode them here.
     static constexpr bool RAW16 = true;
     DEV const u8* raw(const u8* blk, u32 ib) { return blk + 8 + 16 * ib; }
     DEV void words(const u8* blk, u32 ib, u32 t, u32& lo, u32& hi) {

@@ -26,8 +26,11 @@ constexpr u32 qgemv_rows(u32 nt) { return nt >= 16 ? 1 : 2; }
 // One 32-value weight item decoded for the integer dot: w[0..8] hold values 0..31 as packed
 // int8 (value e in byte e % 4 of word e / 4); the item's contribution to a row is
 //   xd · (s0 · Σ_{e<16} w_e q_e + s1 · Σ_{e>=16} w_e q_e) + m · xs.
+// SPLIT types (IIQ4_XS on NVIDIA, 1-row kernels) also fill e[]: their value words are
+// w[i] + e[i] in the dot products' sense (iq4_words_split), so a row's integer sum adds e's.
 struct QItem {
     u32 w[8];
+    u32 e[8];
     float s0, s1, m;
 };
 
@@ -45,8 +48,10 @@ DEV void ld32_a2(const u8* p, u32* w) {
     for (u32 i = 0; i < 8; ++i) w[i] = funnel(v[i], v[i + 1], sh);
 }
 
+// Every type: SPLIT = false unless it has deq_split (see QItem).
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
     static constexpr u32 QK = 32, QB = 34, UMAX = 4, PF = 0;
+    static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32, QItem& it) {
         it.s0 = it.s1 = load_f16(blk);
@@ -63,6 +68,7 @@ struct IQ8_0 {  // {f16 d; i8 qs[32]}
 // ~81 L1 passes per row and item round against ~19 here. Same values, same order: same bits.
 struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
     static constexpr u32 QK = 512, QB = 544, UMAX = 4, PF = 0;
+    static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         it.s0 = it.s1 = load_f16(blk + 2 * ib);
@@ -76,7 +82,8 @@ struct IQ8_0G {  // {f16 d[16]; i8 qs[16][32]}
 
 struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // UMAX: U = 2 and 4 measured no faster on the H200 (r1u2/r2u2 with iq4_words: 9.0-9.3 ms
-    // against 8.8 ms a step).
+    // against 8.8 ms a step). With the split decode (deq_split) the 1-row kernels are latency-
+    // bound instead, and the host picks U = 2 for them (q1_variant in src/backend/hip/mod.rs).
     static constexpr u32 QK = 256, QB = 136, UMAX = 1, PF = 0;
     static constexpr bool NOMIN = FIQ4_XS::NOMIN, SAME = FIQ4_XS::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
@@ -90,10 +97,32 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 #pragma unroll
         for (u32 i = 0; i < 4; ++i) iq4_words(q[i], it.w[i], it.w[i + 4]);
     }
+#if defined(__NVPTX__)
+    // The split decode (iq4_words_split): fewer ALU instructions, two more dot products a word.
+    static constexpr bool SPLIT = IQ4_REGROUPED;
+    DEV void deq_split(const u8* blk, u32 ib, QItem& it) {
+        float s0, s1;
+        FIQ4_XS::scales(blk, ib, s0, s1, it.m);
+        it.s0 = s0;
+        it.s1 = s1;
+        const u32x2 a = *(const u32x2*)(blk + 8 + 16 * ib);
+        const u32x2 b = *(const u32x2*)(blk + 16 + 16 * ib);
+        const u32 q[4] = {a.x, a.y, b.x, b.y};
+#pragma unroll
+        for (u32 i = 0; i < 4; ++i) {
+            u32 l[2], h[2];
+            iq4_words_split(q[i], l, h);
+            it.w[i] = l[0], it.e[i] = h[0], it.w[i + 4] = l[1], it.e[i + 4] = h[1];
+        }
+    }
+#else
+    static constexpr bool SPLIT = false;
+#endif
 };
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 144, UMAX = 4, PF = 0;
+    static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ4_K::NOMIN, SAME = FQ4_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
@@ -113,6 +142,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 176, UMAX = 2, PF = 0;  // 16 words per item
+    static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ5_K::NOMIN, SAME = FQ5_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
@@ -137,6 +167,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
     static constexpr u32 QK = 256, QB = 210, UMAX = 2, PF = 4;  // 18 words per item
+    static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ6_K::NOMIN, SAME = FQ6_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
@@ -196,7 +227,8 @@ constexpr u32 qgemv_unroll(u32 nt, u32 r, u32 umax) {
 // One decoded 32-value item of R weight rows against NT activation rows (block s of each row),
 // combined by q8c_same (SAME types: one scale per item) or q8c_split (hip/q8act.h), the float
 // operations hip/qmma.hip repeats. NOMIN: the type has no block minimum (m = 0), XS is not read.
-template <u32 NT, u32 R, bool NOMIN, bool SAME>
+// SPLIT: the items carry e[] too (QItem), summed with w[] into the same integers.
+template <u32 NT, u32 R, bool NOMIN, bool SAME, bool SPLIT = false>
 DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float* __restrict__ XD,
                     const float* __restrict__ XS, const u32 (&xrow)[NT], u32 nb, u32 s, float (&acc)[R][NT]) {
 #pragma unroll
@@ -217,6 +249,16 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
             s1 = dot4_i8(it[r].w[5], b.y, s1);
             s1 = dot4_i8(it[r].w[6], b.z, s1);
             s1 = dot4_i8(it[r].w[7], b.w, s1);
+            if constexpr (SPLIT) {  // continuing the chains: no adds
+                s0 = dot4_i8(it[r].e[0], a.x, s0);
+                s0 = dot4_i8(it[r].e[1], a.y, s0);
+                s0 = dot4_i8(it[r].e[2], a.z, s0);
+                s0 = dot4_i8(it[r].e[3], a.w, s0);
+                s1 = dot4_i8(it[r].e[4], b.x, s1);
+                s1 = dot4_i8(it[r].e[5], b.y, s1);
+                s1 = dot4_i8(it[r].e[6], b.z, s1);
+                s1 = dot4_i8(it[r].e[7], b.w, s1);
+            }
             if constexpr (SAME) {
                 acc[r][t] = q8c_same<NOMIN>(acc[r][t], xd, it[r].s0, q8c_float(s0 + s1), it[r].m, xs);
             } else {
@@ -238,6 +280,15 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
 // Bytes one round of 32 items advances a row: 32 / IPB whole blocks.
 template <class Q>
 constexpr u32 qgemv_round_bytes() { return WARP / (Q::QK / 32) * Q::QB; }
+
+template <class Q, bool SPLIT>
+DEV void qgemv_deq(const u8* blk, u32 ib, QItem& it) {
+    if constexpr (SPLIT) {
+        Q::deq_split(blk, ib, it);
+    } else {
+        Q::deq(blk, ib, it);
+    }
+}
 
 template <class Q, u32 R>
 DEV void qgemv_prefetch(const u8* const (&wrow)[R], u32 round, u32 nb, u32 lane) {
@@ -290,6 +341,8 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         // The items are still accumulated in increasing s, so the sums are the same for every U.
         // UF: a forced U (the 1-row variants below); 0: the type's default for this tile.
         constexpr u32 U = UF ? UF : qgemv_unroll(NT, R, Q::UMAX);
+        // The split decode only where no other activation row shares an item's decode.
+        constexpr bool SPLIT = Q::SPLIT && NT == 1;
         // Item s of a row sits in block s / IPB at index s % IPB; with s = lane + 32·j the
         // index is the lane's for every j (IPB divides 32) and the block advances by RB bytes a
         // round, so each row is a running pointer: no 64-bit address product per item, and the
@@ -309,9 +362,10 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 #pragma unroll
             for (u32 u = 0; u < U; ++u)
 #pragma unroll
-                for (u32 r = 0; r < R; ++r) Q::deq(p[r] + u * RB, ib, it[u][r]);
+                for (u32 r = 0; r < R; ++r) qgemv_deq<Q, SPLIT>(p[r] + u * RB, ib, it[u][r]);
 #pragma unroll
-            for (u32 u = 0; u < U; ++u) qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
+            for (u32 u = 0; u < U; ++u)
+                qgemv_item<NT, R, Q::NOMIN, Q::SAME, SPLIT>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
 #pragma unroll
             for (u32 r = 0; r < R; ++r) p[r] += U * RB;
         }
@@ -319,8 +373,8 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
             if constexpr (Q::PF > 0) qgemv_prefetch<Q, R>(wrow, s / WARP + Q::PF, nb, lane);
             QItem it[R];
 #pragma unroll
-            for (u32 r = 0; r < R; ++r) Q::deq(p[r], ib, it[r]);
-            qgemv_item<NT, R, Q::NOMIN, Q::SAME>(it, XQ, XD, XS, xrow, nb, s, acc);
+            for (u32 r = 0; r < R; ++r) qgemv_deq<Q, SPLIT>(p[r], ib, it[r]);
+            qgemv_item<NT, R, Q::NOMIN, Q::SAME, SPLIT>(it, XQ, XD, XS, xrow, nb, s, acc);
 #pragma unroll
             for (u32 r = 0; r < R; ++r) p[r] += RB;
         }

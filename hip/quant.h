@@ -30,37 +30,97 @@ DEV u32 sub32_bytes(u32 v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x808080
 // The IQ4_NL grid as four words of int8 (see iq4_value below).
 constexpr u32 IQ4_T0 = 0xBFAD9881u, IQ4_T1 = 0xF6EADDCFu, IQ4_T2 = 0x26190D01u, IQ4_T3 = 0x71594535u;
 
-// The eight grid values of one IQ4 qs word as packed int8: byte k of the word holds value
-// 4t + k in its low nibble and value 16 + 4t + k in its high one; lo gets the low nibbles'
-// values (bytes in order), hi the high nibbles'. The integer-dot kernels spend most of their
-// integer ops here, so each target uses its byte permute.
+// IQ4_XS quant words on NVIDIA are regrouped at upload (src/backend/hip/kernels.rs,
+// regroup_iq4_xs): a word's eight nibbles, stored as (lo 0, hi 0, lo 1, hi 1, ...) in the file
+// (byte k: value 4t + k low, 16 + 4t + k high), become (lo 0, lo 1, lo 2, lo 3, hi 0, ..., hi 3),
+// so the table lookup below yields the two dot-product words without a final regrouping. The
+// CPU emulator of the CUDA driver (tools/device/emu) receives the same uploads.
+#if defined(__NVPTX__) || defined(DS_EMULATE)
+constexpr bool IQ4_REGROUPED = true;
+#else
+constexpr bool IQ4_REGROUPED = false;
+#endif
+// The nibble of an IQ4_XS quant word holding value 4t + k (hi: 16 + 4t + k), k < 4.
+DEV constexpr u32 iq4_nibble(u32 k, bool hi) { return IQ4_REGROUPED ? k + 4 * hi : 2 * k + hi; }
+
+#if defined(__NVPTX__)
+// prmt's table operands: one may be an immediate, the other must be a register, and ptxas
+// otherwise rematerialises that constant from a uniform register before every use (a move per
+// lookup). A value it cannot prove constant stays in a register: z is 0 (tid.x < 1024 never
+// hashes to that value), computed once per kernel since every operation in it is speculatable.
+DEV u32 opaque_zero() {
+    return __nvvm_read_ptx_sreg_tid_x() * 0x9E3779B9u == 0xDEADBEEFu ? 0x80000000u : 0u;
+}
+#endif
+
+// The eight grid values of one IQ4 qs word as packed int8: lo gets the values 4t + k of the
+// word's sub-block (byte k), hi the values 16 + 4t + k. The integer-dot kernels spend most of
+// their integer ops here, so each target uses its byte permute.
 DEV void iq4_words(u32 q, u32& lo, u32& hi) {
 #if defined(__NVPTX__)
-    // All eight nibbles at once (llama.cpp's get_int_from_table_16 idea): 8 byte permutes and
-    // 6 other ops instead of two lut16 calls (~24). prmt reads a 4-bit selector per byte whose
-    // bit 3 means sign-replicate, so the lookups use bits 0-2 and bit 3 picks the half.
-    // (Tried on the H200: the file's nibbles regrouped at upload to save the two final
-    // permutes, with the halves split by sign so no pick is needed either; the two extra dot
-    // products per word made the 1-row step 10 % slower than this.)
+    // A regrouped word (IQ4_REGROUPED): nibbles 0-3 are lo's, 4-7 hi's. Per half, two byte
+    // permutes look the low three bits up in each half of the grid and a third picks by bit 3
+    // (llama.cpp's get_int_from_table_16 idea). prmt reads a selector nibble per byte from the
+    // low 16 bits, bit 3 meaning sign-replicate, hence the masks.
+    // On sm_90 the decode-bound GEMVs are limited by the integer ALU pipe (prmt, lop3, shf and
+    // lea issue at half rate there), so the two shifts by 16 are multiplies by 2^16 (mul.hi,
+    // on the otherwise idle multiply pipe).
     const u32 q7 = q & 0x77777777u;
-    const u32 pick = 0x32103210u | ((q & 0x88888888u) >> 1);
-    // n = 0: nibbles 0-3 (values lo 0, hi 0, lo 1, hi 1); n = 1: nibbles 4-7.
+    u32 pick, q7h, pickh;
+    asm("mad.hi.u32 %0, %1, 0x80000000, 0x32103210;" : "=r"(pick) : "r"(q & 0x88888888u));
+    asm("mul.hi.u32 %0, %1, 0x10000;" : "=r"(q7h) : "r"(q7));
+    asm("mul.hi.u32 %0, %1, 0x10000;" : "=r"(pickh) : "r"(pick));
+    const u32 sel[2] = {q7, q7h}, pk[2] = {pick, pickh};
+    const u32 t0 = IQ4_T0 ^ opaque_zero(), t2 = IQ4_T2 ^ opaque_zero();
     u32 v[2];
 #pragma unroll
     for (u32 n = 0; n < 2; ++n) {
         u32 a, b;
-        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(IQ4_T0), "r"(IQ4_T1), "r"(q7 >> (16 * n)));
-        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(b) : "r"(IQ4_T2), "r"(IQ4_T3), "r"(q7 >> (16 * n)));
-        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(v[n]) : "r"(a), "r"(b), "r"(pick >> (16 * n)));
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(t0), "r"(IQ4_T1), "r"(sel[n]));
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(b) : "r"(t2), "r"(IQ4_T3), "r"(sel[n]));
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(v[n]) : "r"(a), "r"(b), "r"(pk[n]));
     }
-    // {v1:v0} = lo 0, hi 0, lo 1, hi 1, lo 2, hi 2, lo 3, hi 3: even bytes, then odd bytes.
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(lo) : "r"(v[0]), "r"(v[1]), "r"(0x6420u));
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(hi) : "r"(v[0]), "r"(v[1]), "r"(0x7531u));
+    lo = v[0];
+    hi = v[1];
 #else
+    if constexpr (IQ4_REGROUPED) {  // the emulator: nibble k of each half to byte k
+        const auto spread = [](u32 h) {
+            return (h & 0xfu) | (h & 0xf0u) << 4 | (h & 0xf00u) << 8 | (h & 0xf000u) << 12;
+        };
+        q = spread(q & 0xffffu) | spread(q >> 16) << 4;
+    }
     lo = lut16(q & 0x0f0f0f0fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3);
     hi = lut16((q >> 4) & 0x0f0f0f0fu, IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3);
 #endif
 }
+
+#if defined(__NVPTX__)
+// The upper half of the grid plus one (1 .. 113 -> 2 .. 114), for iq4_words_split.
+constexpr u32 IQ4_T2P = 0x271A0E02u, IQ4_T3P = 0x725A4636u;
+
+// One regrouped IQ4 word as two pairs of int8 words whose dot products sum to those of
+// iq4_words' lo and hi: dot(l[n], x) + dot(h[n], x) == dot(v[n], x) for every x (n = 0: lo).
+// No pick: prmt's sign-replicate does it. l looks every nibble up in the lower half of the grid
+// (all negative), so a nibble with bit 3 set yields the sign of a negative byte, -1; h looks
+// the nibbles with bit 3 flipped up in the upper half plus one (all positive), so the lower
+// nibbles yield 0 and the upper ones their value + 1, which cancels l's -1. Half the ALU
+// instructions of iq4_words (a flip and four permutes per word) for two more dot products (the
+// multiply pipe): the 1-row GEMV, whose decode is not shared by other rows, uses it. The sums
+// are exact integers, so results equal iq4_words' bit for bit.
+DEV void iq4_words_split(u32 q, u32 (&l)[2], u32 (&h)[2]) {
+    const u32 qx = q ^ 0x88888888u;
+    u32 qh, qxh;
+    asm("mul.hi.u32 %0, %1, 0x10000;" : "=r"(qh) : "r"(q));
+    asm("mul.hi.u32 %0, %1, 0x10000;" : "=r"(qxh) : "r"(qx));
+    const u32 sl[2] = {q, qh}, sh[2] = {qx, qxh};
+    const u32 t0 = IQ4_T0 ^ opaque_zero(), t2 = IQ4_T2P ^ opaque_zero();
+#pragma unroll
+    for (u32 n = 0; n < 2; ++n) {
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(l[n]) : "r"(t0), "r"(IQ4_T1), "r"(sl[n]));
+        asm("prmt.b32 %0, %1, %2, %3;" : "=r"(h[n]) : "r"(t2), "r"(IQ4_T3P), "r"(sh[n]));
+    }
+}
+#endif
 
 // The 16 IQ4_NL grid values, packed as bytes of two 64-bit constants (no memory lookup).
 DEV float iq4_value(u32 q) {
@@ -331,9 +391,8 @@ struct IQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
         for (u32 i = 0; i < 4; ++i) {
 #pragma unroll
             for (u32 k = 0; k < 4; ++k) {
-                const u32 byte = (v[i] >> (8 * k)) & 0xff;
-                w[4 * i + k] = dl * iq4_value(byte & 0xf);
-                w[4 * i + k + 16] = dl * iq4_value(byte >> 4);
+                w[4 * i + k] = dl * iq4_value((v[i] >> (4 * iq4_nibble(k, false))) & 0xf);
+                w[4 * i + k + 16] = dl * iq4_value((v[i] >> (4 * iq4_nibble(k, true))) & 0xf);
             }
         }
     }

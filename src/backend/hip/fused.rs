@@ -224,7 +224,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
                 u64::from(kernels::QMMA_GLU_COLS),
                 kernels::qmma_threads(t),
             ),
-            None => match (be.q1_variant(n, true, m), fused_wide_rows(be, nt)) {
+            None => match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
                 (Some((_, u)), _) => (
                     "qmatmul",
                     format!("qgemv_glu_{suffix}_1u{u}"),
@@ -278,7 +278,10 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
             u64::from(kernels::QMMA_ROWS),
             kernels::qmma_threads(t),
         ),
-        None => match (be.q1_variant(n, false, total_rows), fused_wide_rows(be, nt)) {
+        None => match (
+            be.q1_variant(n, false, total_rows, suffix),
+            fused_wide_rows(be, nt),
+        ) {
             (Some((r, u)), _) => (
                 "qmatmul",
                 format!("qgemv4_{suffix}_1r{r}u{u}"),

@@ -218,9 +218,11 @@ pub struct HipBackend {
     /// 15.9-16.5 / 24.8-24.9 / 36.3 with 0): `DELTASPEC_HIP_QMMA_V2=0|1`.
     qmma_v2: u8,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
-    /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs.
+    /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
+    /// unset, each type's default; `Some(None)`: set to a name that is not a variant, the
+    /// default tile for every type).
     q1_plain: Option<(u32, u32)>,
-    q1_glu: Option<(u32, u32)>,
+    q1_glu: Option<Option<(u32, u32)>>,
     /// The 1-row variant for projections of at most `q1_small_m` weight rows (a whole launch's
     /// rows), which fill less than a wave with the default tile (`DELTASPEC_HIP_Q1_SMALL`).
     q1_small: Option<(u32, u32)>,
@@ -328,12 +330,15 @@ impl HipBackend {
                 .and_then(|v| kernels::parse_q1(&v)),
             q1_glu: std::env::var("DELTASPEC_HIP_Q1_GLU")
                 .ok()
-                .and_then(|v| kernels::parse_q1(&v)),
-            // r2u2 up to 12288 rows measured 8.52 ms a 27B IQ4_XS step on the H200 against
-            // 8.68 with the default tile everywhere (r1u1 8.65, r1u2 8.63, r4u1 8.91); `off`
-            // (any name that is not a variant) turns it off.
+                .map(|v| kernels::parse_q1(&v)),
+            // r1u2 up to 12288 rows: 6.53/6.54 ms a 27B IQ4_XS step on the H200 (session 12,
+            // split IQ4_XS decode) against 7.04/6.72 with r2u2, the default before, and
+            // 7.12/7.19 with the default tile everywhere (r2u4 6.65/6.65, r1u4 6.97/7.22); with
+            // the gate/up default below, 6.58/6.44/6.72/6.53 against 6.73/6.78/6.77/6.89 for
+            // both old defaults (session 13, interleaved). `off` (any name that is not a
+            // variant) turns it off.
             q1_small: std::env::var("DELTASPEC_HIP_Q1_SMALL")
-                .map_or(Some((2, 2)), |v| kernels::parse_q1(&v)),
+                .map_or(Some((1, 2)), |v| kernels::parse_q1(&v)),
             q1_small_m: std::env::var("DELTASPEC_HIP_Q1_SMALL_M")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -539,12 +544,19 @@ impl HipBackend {
     /// The 1-row int8 GEMV variant `(rows per warp, items in flight)` for `n` input rows, for
     /// a gate/up pair (`glu`) or plain/grouped projections of `m` weight rows in all, where one
     /// is chosen and exists here. Every variant accumulates in the same order (bit-identical).
-    fn q1_variant(&self, n: usize, glu: bool, m: usize) -> Option<(u32, u32)> {
+    fn q1_variant(&self, n: usize, glu: bool, m: usize, suffix: &str) -> Option<(u32, u32)> {
         if n != 1 || self.drv.api() != Api::Cuda {
             return None;
         }
         if glu {
-            return self.q1_glu;
+            // IQ4_XS pairs default to 2 items in flight (its tile's default is 1, UMAX): with
+            // the split decode the pair is latency-bound, not ALU-bound (6.62/6.58 ms a 27B
+            // step against 7.04/6.72 on the H200, session 12; u4 6.54/6.85, and in session
+            // 13 6.51/6.50/6.36/6.56 against u2's 6.58/6.44/6.72/6.53: no clear winner, so
+            // the one with fewer registers). The other types' default tile already keeps 4.
+            return self
+                .q1_glu
+                .unwrap_or_else(|| (suffix == "iq4_xs").then_some((2, 2)));
         }
         match self.q1_small {
             Some(v) if m <= self.q1_small_m => Some(v),
@@ -933,8 +945,20 @@ impl Backend for HipBackend {
                     buf,
                 },
             );
+            // The NVIDIA kernels read IQ4_XS quant words regrouped (`IQ4_REGROUPED` in
+            // hip/quant.h); every hip kernel that reads IQ4_XS follows the same layout.
+            let regrouped = if self.drv.api() == Api::Cuda && t.dtype == DType::Iq4Xs {
+                Some(kernels::regroup_iq4_xs(bytes).ok_or_else(|| {
+                    self.dev_err(format!(
+                        "{name}: {} bytes are not whole IQ4_XS blocks",
+                        bytes.len()
+                    ))
+                })?)
+            } else {
+                None
+            };
             self.drv
-                .htod(buf.ptr, bytes)
+                .htod(buf.ptr, regrouped.as_deref().unwrap_or(bytes))
                 .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
             let k = t.shape.last().copied().unwrap_or(0);
             if self.q8_regroup
