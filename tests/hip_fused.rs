@@ -401,6 +401,10 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             return;
         };
         on.set_norm_q8(true);
+        let Some(mut gated) = gpu("norm_q8_gated", true) else {
+            return;
+        };
+        gated.set_norm_q8_gated(true);
         let Some(mut frag) = gpu("norm_q8_frag", true) else {
             return;
         };
@@ -408,7 +412,7 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         frag.set_qgemv_mma(true);
         frag.set_qmma_xlayout(true);
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
-        let c_frag = frag.launch_counter();
+        let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
         for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 16].map(|n| (k, n))) {
             let heads = k / 64;
             let mut rng = Rng::new(77 + n as u64 + k as u64);
@@ -460,6 +464,10 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                 "{what}: unfused launches (norm, quantize, gemv) × 3"
             );
             assert_eq!(l_on, 3 * 2, "{what}: fused launches (norm_q8, gemv) × 3");
+            // Gated norms only: the other two keep their quantize launch.
+            let (a, l_gated) = run(&mut gated, &|| c_gated.get(), &g, &w, &inputs);
+            assert_same_bits(&format!("{what}: gated norm_q8 vs unfused"), &a, &plain);
+            assert_eq!(l_gated, 3 * 3 - 1, "{what}: gated norm_q8 launches");
             if n == 16 {
                 let (a, l_frag) = run(&mut frag, &|| c_frag.get(), &g, &w, &inputs);
                 assert_same_bits(&format!("{what}: fragment order vs unfused"), &a, &plain);

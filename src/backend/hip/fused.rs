@@ -120,10 +120,10 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
 /// multiple of 32 (each warp of the norm kernel then holds whole quantization blocks). Such a
 /// norm runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul
 /// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion, and off
-/// by default (`DELTASPEC_HIP_NORM_Q8=1`).
+/// by default (`DELTASPEC_HIP_NORM_Q8=1`; `=gated`: `GatedRmsNorm` only).
 pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
-    if !be.fusion || !be.norm_q8 || !be.int8_matmul {
+    if !be.fusion || !(be.norm_q8 || be.norm_q8_gated) || !be.int8_matmul {
         return out;
     }
     // Storage roots read by int8 matmuls as their activation.
@@ -133,8 +133,9 @@ pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
         .collect();
     for (i, nd) in g.nodes.iter().enumerate() {
         let y = match nd.op {
-            Op::RmsNorm { .. } | Op::GatedRmsNorm { .. } => nd.outputs[0],
-            Op::AddRmsNorm { .. } => nd.outputs[1],
+            Op::GatedRmsNorm { .. } => nd.outputs[0],
+            Op::RmsNorm { .. } if be.norm_q8 => nd.outputs[0],
+            Op::AddRmsNorm { .. } if be.norm_q8 => nd.outputs[1],
             _ => continue,
         };
         out[i] = g.tensor(nd.inputs[0]).last_dim().is_multiple_of(32)

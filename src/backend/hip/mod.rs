@@ -159,6 +159,12 @@ pub struct HipBackend {
     /// default: with it on, the 27B IQ4_XS decode step on the H200 measured 13.73 ms against
     /// 12.18 ms the run before (2026-12-03). `DELTASPEC_HIP_NORM_Q8=1` turns it on.
     norm_q8: bool,
+    /// `norm_q8` for gated norms only (`DELTASPEC_HIP_NORM_Q8=gated`): on the H200 (ncu, 27B
+    /// 8-layer cut, 1 row) `gated_rms_norm_q8` took 3.0 µs against 2.8 + 2.2 for the norm and
+    /// its `quantize_q8`, while `add_rms_norm_q8` took 10.0 µs against 3.6 + 2.2 (its
+    /// one-block-per-row form at 5120), which is what made `norm_q8` slower. Off by default
+    /// until a step A/B.
+    norm_q8_gated: bool,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
     unfused_wide_tiles: &'static [u32],
@@ -290,6 +296,7 @@ impl HipBackend {
             ),
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
             norm_q8: std::env::var("DELTASPEC_HIP_NORM_Q8").is_ok_and(|v| v == "1"),
+            norm_q8_gated: std::env::var("DELTASPEC_HIP_NORM_Q8").is_ok_and(|v| v == "gated"),
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],
                 Ok("narrow") => &[8, 16],
@@ -618,6 +625,11 @@ impl HipBackend {
     /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
     pub fn set_norm_q8(&mut self, on: bool) {
         self.norm_q8 = on;
+    }
+
+    /// The same for gated norms only (`DELTASPEC_HIP_NORM_Q8=gated`).
+    pub fn set_norm_q8_gated(&mut self, on: bool) {
+        self.norm_q8_gated = on;
     }
 
     /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for
