@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A/B of runtime switches on one deltaspec binary on the GPU machine, interleaved (config 1, 2, ...,
+# then again, REPEAT rounds) so clock and thermal drift hit every config alike. Each config is a
+# space-separated list of VAR=value settings ("-" for none); every output line is tagged with it.
+#
+#   bash tools/device/ab_env.sh BIN MODEL.gguf "-" "DELTASPEC_HIP_NORM_Q8=gated" ...
+#
+# ROWS (default "1") lists the step widths to time (`bench decode --rows`; 1 row: -n 48, wider: -n 8);
+# REPEAT (default 3) the rounds. Use it for switches read at backend creation (DELTASPEC_HIP_*); a
+# change that needs another build goes through tools/device/ab.sh instead. Session 13 measured the
+# 1-row defaults and DELTASPEC_HIP_QMMA_PERSIST / DELTASPEC_HIP_NORM_Q8 this way (docs/perf.md).
+set -u
+bin="$1"
+model="$2"
+shift 2
+repeat="${REPEAT:-3}"
+rows="${ROWS:-1}"
+for ((i = 0; i < repeat; i++)); do
+    for cfg in "$@"; do
+        settings=()
+        [ "$cfg" != "-" ] && read -r -a settings <<<"$cfg"
+        for r in $rows; do
+            n=48
+            [ "$r" != 1 ] && n=8
+            env "${settings[@]}" timeout --kill-after=5 120 "$bin" bench decode --model "$model" \
+                --backend hip:cuda -n "$n" --rows "$r" --bw-mib 64 2>&1 |
+                grep -E "decode:" | sed "s/^/[$cfg rows $r] /"
+        done
+    done
+done
