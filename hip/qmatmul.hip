@@ -86,14 +86,19 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // bound instead, and the host picks U = 2 for them (q1_variant in src/backend/hip/mod.rs).
     static constexpr u32 QK = 256, QB = 136, UMAX = 1, PF = 0;
     static constexpr bool NOMIN = FIQ4_XS::NOMIN, SAME = FIQ4_XS::SAME;  // as the matrix-core decoder
-    DEV void deq(const u8* blk, u32 ib, QItem& it) {
+    // The item's scales into it and its four raw quant words into q (both decodes share them).
+    DEV void head(const u8* blk, u32 ib, QItem& it, u32 (&q)[4]) {
         float s0, s1;
         FIQ4_XS::scales(blk, ib, s0, s1, it.m);  // the 8-byte header as one load
         it.s0 = s0;
         it.s1 = s1;
         const u32x2 a = *(const u32x2*)(blk + 8 + 16 * ib);
         const u32x2 b = *(const u32x2*)(blk + 16 + 16 * ib);
-        const u32 q[4] = {a.x, a.y, b.x, b.y};
+        q[0] = a.x, q[1] = a.y, q[2] = b.x, q[3] = b.y;
+    }
+    DEV void deq(const u8* blk, u32 ib, QItem& it) {
+        u32 q[4];
+        head(blk, ib, it, q);
 #pragma unroll
         for (u32 i = 0; i < 4; ++i) iq4_words(q[i], it.w[i], it.w[i + 4]);
     }
@@ -101,13 +106,8 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // The split decode (iq4_words_split): fewer ALU instructions, two more dot products a word.
     static constexpr bool SPLIT = IQ4_REGROUPED;
     DEV void deq_split(const u8* blk, u32 ib, QItem& it) {
-        float s0, s1;
-        FIQ4_XS::scales(blk, ib, s0, s1, it.m);
-        it.s0 = s0;
-        it.s1 = s1;
-        const u32x2 a = *(const u32x2*)(blk + 8 + 16 * ib);
-        const u32x2 b = *(const u32x2*)(blk + 16 + 16 * ib);
-        const u32 q[4] = {a.x, a.y, b.x, b.y};
+        u32 q[4];
+        head(blk, ib, it, q);
 #pragma unroll
         for (u32 i = 0; i < 4; ++i) {
             u32 l[2], h[2];
@@ -227,6 +227,18 @@ constexpr u32 qgemv_unroll(u32 nt, u32 r, u32 umax) {
 // One decoded 32-value item of R weight rows against NT activation rows (block s of each row),
 // combined by q8c_same (SAME types: one scale per item) or q8c_split (hip/q8act.h), the float
 // operations hip/qmma.hip repeats. NOMIN: the type has no block minimum (m = 0), XS is not read.
+// Words v[0..4] of an item against activation words a, v[4..8] against b, onto s0 and s1.
+DEV void qgemv_dots(const u32 (&v)[8], const u32x4& a, const u32x4& b, i32& s0, i32& s1) {
+    s0 = dot4_i8(v[0], a.x, s0);
+    s0 = dot4_i8(v[1], a.y, s0);
+    s0 = dot4_i8(v[2], a.z, s0);
+    s0 = dot4_i8(v[3], a.w, s0);
+    s1 = dot4_i8(v[4], b.x, s1);
+    s1 = dot4_i8(v[5], b.y, s1);
+    s1 = dot4_i8(v[6], b.z, s1);
+    s1 = dot4_i8(v[7], b.w, s1);
+}
+
 // SPLIT: the items carry e[] too (QItem), summed with w[] into the same integers.
 template <u32 NT, u32 R, bool NOMIN, bool SAME, bool SPLIT = false>
 DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float* __restrict__ XD,
@@ -240,25 +252,10 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
 #pragma unroll
         for (u32 r = 0; r < R; ++r) {
             // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
-            // chains of 4 dot products.
-            i32 s0 = dot4_i8(it[r].w[0], a.x, Q8C_BIAS_BITS);
-            s0 = dot4_i8(it[r].w[1], a.y, s0);
-            s0 = dot4_i8(it[r].w[2], a.z, s0);
-            s0 = dot4_i8(it[r].w[3], a.w, s0);
-            i32 s1 = dot4_i8(it[r].w[4], b.x, SAME ? 0 : Q8C_BIAS_BITS);
-            s1 = dot4_i8(it[r].w[5], b.y, s1);
-            s1 = dot4_i8(it[r].w[6], b.z, s1);
-            s1 = dot4_i8(it[r].w[7], b.w, s1);
-            if constexpr (SPLIT) {  // continuing the chains: no adds
-                s0 = dot4_i8(it[r].e[0], a.x, s0);
-                s0 = dot4_i8(it[r].e[1], a.y, s0);
-                s0 = dot4_i8(it[r].e[2], a.z, s0);
-                s0 = dot4_i8(it[r].e[3], a.w, s0);
-                s1 = dot4_i8(it[r].e[4], b.x, s1);
-                s1 = dot4_i8(it[r].e[5], b.y, s1);
-                s1 = dot4_i8(it[r].e[6], b.z, s1);
-                s1 = dot4_i8(it[r].e[7], b.w, s1);
-            }
+            // chains of 4 dot products (8 with SPLIT: e[] continues the chains, no adds).
+            i32 s0 = Q8C_BIAS_BITS, s1 = SAME ? 0 : Q8C_BIAS_BITS;
+            qgemv_dots(it[r].w, a, b, s0, s1);
+            if constexpr (SPLIT) qgemv_dots(it[r].e, a, b, s0, s1);
             if constexpr (SAME) {
                 acc[r][t] = q8c_same<NOMIN>(acc[r][t], xd, it[r].s0, q8c_float(s0 + s1), it[r].m, xs);
             } else {

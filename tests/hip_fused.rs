@@ -11,7 +11,7 @@
 mod common;
 
 use common::{f32s, rel_err};
-use deltaspec::backend::hip::HipBackend;
+use deltaspec::backend::hip::{HipBackend, NormQ8};
 use deltaspec::backend::{self, Backend, HostData, HostTensor, WeightStore};
 use deltaspec::graph::{Graph, GraphBuilder};
 use deltaspec::tensor::{DType, quant};
@@ -242,7 +242,7 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     let (Some(mut on), Some(mut off)) = (gpu("tiny_fused", true), gpu("tiny_fused", false)) else {
         return;
     };
-    on.set_norm_q8(true); // the norm + quantize fusion too, on the whole model
+    on.set_norm_q8(NormQ8::All); // the norm + quantize fusion too, on the whole model
     let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-fused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -400,15 +400,15 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         let (Some(mut on), Some(mut off)) = (gpu("norm_q8", true), gpu("norm_q8", false)) else {
             return;
         };
-        on.set_norm_q8(true);
+        on.set_norm_q8(NormQ8::All);
         let Some(mut gated) = gpu("norm_q8_gated", true) else {
             return;
         };
-        gated.set_norm_q8_gated(true);
+        gated.set_norm_q8(NormQ8::Gated);
         let Some(mut frag) = gpu("norm_q8_frag", true) else {
             return;
         };
-        frag.set_norm_q8(true);
+        frag.set_norm_q8(NormQ8::All);
         frag.set_qgemv_mma(true);
         frag.set_qmma_xlayout(true);
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());

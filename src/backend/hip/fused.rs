@@ -27,9 +27,9 @@
 //! The group runs at its first member, so later outputs are written early; the plan keeps the
 //! buffers that could collide live with [`fuse::extra_uses`] (applied in `compile`).
 
-use super::HipBackend;
 use super::kernels::{self, weight_kernel};
 use super::lower::{self, Arg, Env, blocks, launch, u32_arg};
+use super::{HipBackend, NormQ8};
 use crate::backend::BackendError;
 use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits};
 use crate::graph::{Graph, Node, Op};
@@ -123,7 +123,7 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
 /// by default (`DELTASPEC_HIP_NORM_Q8=1`; `=gated`: `GatedRmsNorm` only).
 pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
-    if !be.fusion || !(be.norm_q8 || be.norm_q8_gated) || !be.int8_matmul {
+    if !be.fusion || be.norm_q8 == NormQ8::Off || !be.int8_matmul {
         return out;
     }
     // Storage roots read by int8 matmuls as their activation.
@@ -134,8 +134,8 @@ pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
     for (i, nd) in g.nodes.iter().enumerate() {
         let y = match nd.op {
             Op::GatedRmsNorm { .. } => nd.outputs[0],
-            Op::RmsNorm { .. } if be.norm_q8 => nd.outputs[0],
-            Op::AddRmsNorm { .. } if be.norm_q8 => nd.outputs[1],
+            Op::RmsNorm { .. } if be.norm_q8 == NormQ8::All => nd.outputs[0],
+            Op::AddRmsNorm { .. } if be.norm_q8 == NormQ8::All => nd.outputs[1],
             _ => continue,
         };
         out[i] = g.tensor(nd.inputs[0]).last_dim().is_multiple_of(32)

@@ -157,14 +157,12 @@ pub struct HipBackend {
     fusion: bool,
     /// Norms that write int8 activations for the next matmul ([`fused::norm_q8`]); off by
     /// default: with it on, the 27B IQ4_XS decode step on the H200 measured 13.73 ms against
-    /// 12.18 ms the run before (2026-12-03). `DELTASPEC_HIP_NORM_Q8=1` turns it on.
-    norm_q8: bool,
-    /// `norm_q8` for gated norms only (`DELTASPEC_HIP_NORM_Q8=gated`): on the H200 (ncu, 27B
-    /// 8-layer cut, 1 row) `gated_rms_norm_q8` took 3.0 µs against 2.8 + 2.2 for the norm and
-    /// its `quantize_q8`, while `add_rms_norm_q8` took 10.0 µs against 3.6 + 2.2 (its
-    /// one-block-per-row form at 5120), which is what made `norm_q8` slower. Off by default
-    /// until a step A/B.
-    norm_q8_gated: bool,
+    /// 12.18 ms the run before (2026-12-03). `DELTASPEC_HIP_NORM_Q8=1` turns it on, `=gated`
+    /// for gated norms only: on the H200 (ncu, 27B 8-layer cut, 1 row) `gated_rms_norm_q8` took
+    /// 3.0 µs against 2.8 + 2.2 for the norm and its `quantize_q8`, while `add_rms_norm_q8`
+    /// took 10.0 µs against 3.6 + 2.2 (its one-block-per-row form at 5120), which is what made
+    /// `norm_q8` slower. Gated stays off by default until a step A/B.
+    norm_q8: NormQ8,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
     unfused_wide_tiles: &'static [u32],
@@ -237,6 +235,15 @@ pub struct HipBackend {
     drv: Box<dyn Driver>,
 }
 
+/// Which norms write the int8 activations of the matmul they feed ([`fused::norm_q8`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormQ8 {
+    Off,
+    /// `GatedRmsNorm` only.
+    Gated,
+    All,
+}
+
 const ALIGN: usize = 256;
 /// Default fewest input rows of the matrix-core int8 GEMV (see `HipBackend::qmma_min_rows`).
 const QMMA_MIN_ROWS: usize = 5;
@@ -295,8 +302,11 @@ impl HipBackend {
                 Ok("f32") | Ok("exact")
             ),
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
-            norm_q8: std::env::var("DELTASPEC_HIP_NORM_Q8").is_ok_and(|v| v == "1"),
-            norm_q8_gated: std::env::var("DELTASPEC_HIP_NORM_Q8").is_ok_and(|v| v == "gated"),
+            norm_q8: match std::env::var("DELTASPEC_HIP_NORM_Q8").as_deref() {
+                Ok("1") => NormQ8::All,
+                Ok("gated") => NormQ8::Gated,
+                _ => NormQ8::Off,
+            },
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],
                 Ok("narrow") => &[8, 16],
@@ -623,13 +633,8 @@ impl HipBackend {
     }
 
     /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
-    pub fn set_norm_q8(&mut self, on: bool) {
-        self.norm_q8 = on;
-    }
-
-    /// The same for gated norms only (`DELTASPEC_HIP_NORM_Q8=gated`).
-    pub fn set_norm_q8_gated(&mut self, on: bool) {
-        self.norm_q8_gated = on;
+    pub fn set_norm_q8(&mut self, which: NormQ8) {
+        self.norm_q8 = which;
     }
 
     /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for
