@@ -11,7 +11,11 @@
 // Three forms, picked from D alone (so a row's bits never depend on the number of rows):
 //  - D % 4 == 0 and D <= NORM_WARP_MAX: one warp per row (the host launches WARP-thread blocks,
 //    one per row; no barrier);
-//  - D % 4 == 0 and D <= NORM_BLOCK_MAX: one NORM_THREADS block per row;
+//  - D % 4 == 0 and D <= NORM_BLOCK_MAX: one NORM_THREADS block per row (512 threads: a
+//    5120-wide row is 3 float4 passes per thread. With 256 threads it was 5 passes, run as the
+//    8-pass template: add_rms_norm_q8 took 10.0 µs on the H200 against 3.6 for add_rms_norm,
+//    its per-pass quantization (two IEEE divisions, four roundings) then being ~1000 more
+//    instructions per thread in one block's serial chain);
 //  - otherwise a strided loop over the row (one NORM_THREADS block per row).
 // In the register forms thread t of a row holds the float4 chunks c = t + k · TPR (k < NP) of
 // x and of every other operand (w, res, z), all loaded before the first reduction, so a row
@@ -23,8 +27,8 @@
 // The host side of the form choice is `norm_threads` in src/backend/hip/lower.rs.
 #include "q8act.h"
 
-constexpr u32 NORM_THREADS = 256;
-constexpr u32 NORM_NP = 8;  // most float4 passes per thread in the register forms
+constexpr u32 NORM_THREADS = 512;  // mirrored by lower::norm_threads
+constexpr u32 NORM_NP = 4;  // most float4 passes per thread in the register forms
 constexpr u32 NORM_WARP_MAX = WARP * 4 * NORM_NP;
 constexpr u32 NORM_BLOCK_MAX = NORM_THREADS * 4 * NORM_NP;
 
@@ -182,23 +186,24 @@ DEV void gated_rms_norm_regs(const float* __restrict__ x, const float* __restric
     norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
 }
 
-// Runs BODY<TPR, NP, Q8>(args...) for the register form of D, with NP the fewest of 1, 2, 4, 8
-// passes that cover the row; returns false for the loop form.
+// Runs BODY<TPR, NP, Q8>(args...) for the register form of D, with NP the fewest of 1 .. 4
+// passes that cover the row; returns false for the loop form. (Up to 8 passes, the gated
+// norms' registers did not fit the 128 of a 512-thread block.)
 #define NORM_REGS(BODY, Q8, ...)                                          \
     do {                                                                  \
         if (norm_warp_form(D) || norm_block_form(D)) {                    \
-            const bool wf = norm_warp_form(D);                            \
-            const u32 tpr = wf ? WARP : NORM_THREADS;                     \
+            const u32 tpr = norm_warp_form(D) ? WARP : NORM_THREADS;      \
             const u32 np = (D / 4 + tpr - 1) / tpr;                       \
-            if (wf) {                                                     \
+            if (tpr == WARP) {                                            \
                 if (np <= 1) BODY<WARP, 1, Q8>(__VA_ARGS__);              \
                 else if (np <= 2) BODY<WARP, 2, Q8>(__VA_ARGS__);         \
-                else if (np <= 4) BODY<WARP, 4, Q8>(__VA_ARGS__);         \
-                else BODY<WARP, 8, Q8>(__VA_ARGS__);                      \
+                else if (np <= 3) BODY<WARP, 3, Q8>(__VA_ARGS__);         \
+                else BODY<WARP, 4, Q8>(__VA_ARGS__);                      \
             } else {                                                      \
-                if (np <= 2) BODY<NORM_THREADS, 2, Q8>(__VA_ARGS__);      \
-                else if (np <= 4) BODY<NORM_THREADS, 4, Q8>(__VA_ARGS__); \
-                else BODY<NORM_THREADS, 8, Q8>(__VA_ARGS__);              \
+                if (np <= 1) BODY<NORM_THREADS, 1, Q8>(__VA_ARGS__);      \
+                else if (np <= 2) BODY<NORM_THREADS, 2, Q8>(__VA_ARGS__); \
+                else if (np <= 3) BODY<NORM_THREADS, 3, Q8>(__VA_ARGS__); \
+                else BODY<NORM_THREADS, 4, Q8>(__VA_ARGS__);              \
             }                                                             \
             return;                                                       \
         }                                                                 \

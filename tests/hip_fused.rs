@@ -391,9 +391,10 @@ fn regrouped_q8_0_equals_the_plain_layout() {
 fn norms_feeding_int8_matmuls_quantize_their_own_output() {
     for &dtype in &[DType::Q8_0, DType::Iq4Xs] {
         // Q8_0: 10 quantization blocks per row; IQ4_XS needs K % 256. Heads of 64 (2 blocks).
-        // 1280: the one-block-per-row form of the norm kernels (the others: one warp per row).
+        // 1280 and 5120 (1 and 3 passes): the one-block-per-row form of the norm kernels (the
+        // others: one warp per row).
         let ks = if dtype == DType::Iq4Xs {
-            [512, 1280]
+            [512, 5120]
         } else {
             [320, 1280]
         };

@@ -541,8 +541,8 @@ fn norms_with_f32_and_quantized_weights() {
     let mut rng = Rng::new(11);
     for wt in [DType::F32, DType::F16, DType::BF16] {
         // Row lengths for each kernel form (hip/norm.hip): odd (strided loop), D % 4 == 0 up to
-        // 1024 (one warp per row, 1 or several passes), and wider (one block per row, with a
-        // partly filled last pass).
+        // 512 (one warp per row, 1 or several passes), and wider (one 512-thread block per row,
+        // 1 to 4 passes, some with a partly filled last pass).
         let w = store(vec![
             ("w333", weight(&mut rng, wt, &[333], 1.0)),
             ("w257", weight(&mut rng, wt, &[257], 1.0)),
@@ -550,12 +550,14 @@ fn norms_with_f32_and_quantized_weights() {
             ("w1040", weight(&mut rng, wt, &[1040], 1.0)),
             ("w2064", weight(&mut rng, wt, &[2064], 1.0)),
             ("w300", weight(&mut rng, wt, &[300], 1.0)),
+            ("w5120", weight(&mut rng, wt, &[5120], 1.0)),
+            ("w6148", weight(&mut rng, wt, &[6148], 1.0)),
         ]);
         let Some(mut p) = Pair::new("norms", &w, &[]) else {
             return;
         };
         // rms_norm
-        for (rows, d) in [(5, 333), (3, 1040), (4, 300)] {
+        for (rows, d) in [(5, 333), (3, 1040), (4, 300), (2, 5120), (1, 6148)] {
             let mut b = GraphBuilder::new();
             let x = b.input("x", DType::F32, &[rows, d]).unwrap();
             let wi = b.weight(&format!("w{d}"), wt, &[d]).unwrap();
@@ -570,7 +572,7 @@ fn norms_with_f32_and_quantized_weights() {
             );
         }
         // add_rms_norm (two outputs)
-        for (rows, d) in [(4, 257), (2, 2064), (3, 300)] {
+        for (rows, d) in [(4, 257), (2, 2064), (3, 300), (2, 5120)] {
             let mut b = GraphBuilder::new();
             let x = b.input("x", DType::F32, &[rows, d]).unwrap();
             let r = b.input("r", DType::F32, &[rows, d]).unwrap();

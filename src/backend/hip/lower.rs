@@ -60,14 +60,17 @@ pub(super) fn launch(
 
 /// Threads per block of the rms-norm kernels over rows of `d` values, one row per block:
 /// `hip/norm.hip` picks its form from `d` by the same rule (`norm_warp_form`): one warp per
-/// row for `d % 4 == 0 && d <= 1024`, else a 256-thread block.
+/// row for `d % 4 == 0 && d <= 512`, else a [`NORM_THREADS`] block.
 pub(super) fn norm_threads(d: usize) -> u32 {
-    if d.is_multiple_of(4) && d <= 1024 {
+    if d.is_multiple_of(4) && d <= 512 {
         32
     } else {
-        256
+        NORM_THREADS
     }
 }
+
+/// `NORM_THREADS` of `hip/norm.hip`: the block size of its block and loop forms and of `l2_norm`.
+const NORM_THREADS: u32 = 512;
 
 pub(super) fn blocks(n: u64, per: u64) -> u32 {
     n.div_ceil(per).min(u64::from(u32::MAX)) as u32
@@ -505,7 +508,7 @@ pub(super) fn node(
                 "norm",
                 "l2_norm",
                 [blocks(x.rows() as u64, 1), 1, 1],
-                256,
+                NORM_THREADS,
                 &[
                     p_in(0),
                     p_out(0),
