@@ -2,7 +2,7 @@
 // inputs: x [T, C], w [C, K], state [K-1, C] (oldest row first) -> y [T, C]; the state is
 // updated in place to the last K-1 rows of (state ++ x). One thread per channel: it reads its
 // whole window before writing its own state column, so there is no race.
-#include "common.h"
+#include "conv4.h"
 
 constexpr u32 CONV_THREADS = 128;
 
@@ -23,12 +23,7 @@ DEV void conv_step_k4(const float* __restrict__ x, const float* __restrict__ w, 
 #pragma unroll
         for (u32 r = 0; r < CONV_ROWS; ++r) {
             if (t0 + r < T) {
-                float acc = 0.0f;
-                acc += w0 * h0;
-                acc += w1 * h1;
-                acc += w2 * h2;
-                acc += w3 * xr[r];
-                y[(u64)(t0 + r) * C + c] = ds_silu(acc);
+                y[(u64)(t0 + r) * C + c] = conv4_silu(w0, w1, w2, w3, h0, h1, h2, xr[r]);
                 h0 = h1;
                 h1 = h2;
                 h2 = xr[r];

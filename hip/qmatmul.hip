@@ -14,6 +14,7 @@
 // gives every lane exactly 5 items. Each item's weights are decoded once and used for all NT
 // input rows; integer sums are exact, so the result of a row does not depend on N (verify and
 // decode agree bit for bit, which lossless speculation relies on).
+#include "conv4.h"
 #include "q8act.h"
 #include "qfrag.h"
 #include "quant.h"
@@ -297,6 +298,18 @@ DEV void qgemv_prefetch(const u8* const (&wrow)[R], u32 round, u32 nb, u32 lane)
     }
 }
 
+// The DeltaNet conv step folded into a 1-row `qgemv4_*` launch (its segment 0, the qkv
+// projection; the host folds it only there, with K = 4 and one input row): conv channel c is
+// weight row c, so the warp that finishes row c runs conv_step's update for it (conv4_silu: the
+// same float operations on the same value) and writes the conv output y[c] and the new window
+// to state [3, M] (oldest row first). The raw projection is still written to Y. `conv`: whether
+// this warp's rows take it.
+struct QConv {
+    const float* w;
+    float* state;
+    float* y;
+};
+
 // The rows of warp `wi`. Plain (GLU = false): weight rows [wi·R, wi·R + R) of W into Y[N, M].
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
@@ -304,7 +317,7 @@ DEV void qgemv_prefetch(const u8* const (&wrow)[R], u32 round, u32 nb, u32 lane)
 template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0>
 DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
-               u32 M, u64 row_bytes, u32 wi) {
+               u32 M, u64 row_bytes, u32 wi, QConv cv = QConv{nullptr, nullptr, nullptr}, bool conv = false) {
     constexpr u32 IPB = Q::QK / 32;
     constexpr u32 RO = GLU ? R / 2 : R;  // output columns per warp
     static_assert(!GLU || R % 2 == 0, "a GLU warp owns gate/up row pairs");
@@ -324,6 +337,17 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     }
     grid_begin();
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below
+    // A folded conv: lane r < RO hints row m0 + r's taps and window into L2 now, so the loads at
+    // the end find them there (loaded here, they held 8 more registers through the loop).
+    constexpr bool CONV = NT == 1 && !GLU;
+    if constexpr (CONV) {
+        if (conv && lane < RO && m0 + lane < M) {
+            const u64 c = m0 + lane;
+            prefetch_l2(cv.w + c * 4);
+#pragma unroll
+            for (u32 i = 0; i < 3; ++i) prefetch_l2(cv.state + i * (u64)M + c);
+        }
+    }
     for (u32 n0 = 0; n0 < N; n0 += NT) {
         u32 xrow[NT];
 #pragma unroll
@@ -375,6 +399,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 #pragma unroll
             for (u32 r = 0; r < R; ++r) p[r] += RB;
         }
+        float out[RO];  // row m0 + r's output of input row n0 (the conv's input where folded)
 #pragma unroll
         for (u32 r = 0; r < RO; ++r)
 #pragma unroll
@@ -382,7 +407,23 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 const float v = warp_sum(acc[r][t]);
                 const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? r + RO : r][t]) : v;
                 if (lane == 0 && m0 + r < M && n0 + t < N) Y[(u64)(n0 + t) * M + m0 + r] = o;
+                if (t == 0) out[r] = o;
             }
+        if constexpr (CONV) {
+            // Every lane holds every row's output (warp_sum's butterfly); lane r updates row m0 + r.
+            if (conv && lane < RO && m0 + lane < M) {
+                float o = out[0];
+#pragma unroll
+                for (u32 r = 1; r < RO; ++r) o = lane == r ? out[r] : o;
+                const u64 c = m0 + lane;
+                const float* w = cv.w + c * 4;
+                const float h0 = cv.state[c], h1 = cv.state[(u64)M + c], h2 = cv.state[2 * (u64)M + c];
+                cv.y[c] = conv4_silu(w[0], w[1], w[2], w[3], h0, h1, h2, o);
+                cv.state[c] = h1;
+                cv.state[(u64)M + c] = h2;
+                cv.state[2 * (u64)M + c] = o;
+            }
+        }
     }
 }
 
@@ -390,16 +431,20 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 // projections, gate/up): blocks are dealt to segments by their cumulative block counts, each
 // segment's blocks map to rows exactly as in its own launch (so results are bit-identical).
 // Unused segments have M = 0. The signature is fixed so a captured launch stays valid.
+// CW/CS/CY: a conv folded into segment 0 (QConv; null CW: none).
 template <class Q, u32 NT, u32 R = qgemv_rows(NT), u32 UF = 0>
 DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                    u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
-                   u32 K, u64 row_bytes) {
+                   u32 K, u64 row_bytes, const float* CW, float* CS, float* CY) {
     constexpr u32 RPB = R * QG_WARPS;
     u32 b = bid_x();
     const u8* W = W0;
     float* Y = Y0;
     u32 M = M0;
     const u32 b0 = (M0 + RPB - 1) / RPB, b1 = (M1 + RPB - 1) / RPB, b2 = (M2 + RPB - 1) / RPB;
+    // (The pointers stay kernel parameters: selecting null for the other segments held them in
+    // registers through the whole loop.)
+    const bool conv = CW != nullptr && b < b0;
     if (b >= b0) {
         b -= b0, W = W1, Y = Y1, M = M1;
         if (b >= b1) {
@@ -407,7 +452,8 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP);
+    qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
+                               QConv{CW, CS, CY}, conv);
 }
 
 #define DS_QGEMV(name, Q, NT)                                                                             \
@@ -420,8 +466,10 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
     KERNEL(QG_THREADS)                                                                                    \
     qgemv4_##name##_##NT(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,    \
                          float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, \
-                         const float* XS, u32 N, u32 K, u64 row_bytes) {                                  \
-        qgemv_seg<Q, NT>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);    \
+                         const float* XS, u32 N, u32 K, u64 row_bytes, const float* CW, float* CS,        \
+                         float* CY) {                                                                     \
+        qgemv_seg<Q, NT>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
+                         CY);                                                                             \
     }
 // The gate/up pair holds two weight rows per warp; tiles up to 8 (a 16-row tile spills on gfx11
 // for Q6_K; at 16 rows the lowering runs gate/up as qgemv4 plus the swiglu kernel instead).
@@ -480,8 +528,10 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
     KERNEL(QG_THREADS)                                                                                      \
     qgemv4_##name##_1r##R##u##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
                                 const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,           \
-                                const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
-        qgemv_seg<Q, 1, R, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);   \
+                                const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
+                                const float* CW, float* CS, float* CY) {                                    \
+        qgemv_seg<Q, 1, R, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
+                              CY);                                                                          \
     }
 #define DS_QGEMV1_GLU_U(name, Q, U)                                                                    \
     KERNEL(QG_THREADS)                                                                                 \
@@ -520,8 +570,10 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_WIDE_TYPE)
     KERNEL(QG_THREADS)                                                                                      \
     qgemv4_##name##_##NT##x##R(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
                                const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,            \
-                               const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
-        qgemv_seg<Q, NT, R>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);     \
+                               const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
+                               const float* CW, float* CS, float* CY) {                                     \
+        qgemv_seg<Q, NT, R>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
+                            CY);                                                                            \
     }                                                                                                       \
     KERNEL(QG_THREADS)                                                                                      \
     qgemv_glu_##name##_##NT##x##R(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \

@@ -12,7 +12,7 @@ mod common;
 
 use common::{f32s, rel_err};
 use deltaspec::backend::hip::{HipBackend, NormQ8};
-use deltaspec::backend::{self, Backend, HostData, HostTensor, WeightStore};
+use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl, WeightStore};
 use deltaspec::graph::{Graph, GraphBuilder};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
@@ -293,6 +293,88 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
         tok = a.argmax[a.argmax.len() - 1];
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The DeltaNet pattern: a projection group whose first output only feeds a K = 4 conv step. At
+/// one input row the conv runs in the group's `qgemv4_*` epilogue (one `conv_step` launch less);
+/// the conv output, the other projection and the conv state equal the unfused run bit for bit
+/// over a sequence of 1- and 3-row calls (the state carries between them; 3 rows keep the
+/// `conv_step` launch).
+#[test]
+fn conv_step_folds_into_the_one_row_projection_group() {
+    let (k, c) = (256, 37); // odd channel count: a warp's second row past the end
+    for &dtype in &[DType::Q8_0, DType::Iq4Xs] {
+        let (Some(mut on), Some(mut off)) = (gpu("conv_fold", true), gpu("conv_fold", false))
+        else {
+            return;
+        };
+        let Some(mut nofold) = gpu("conv_fold_off", true) else {
+            return;
+        };
+        nofold.set_conv_fold(false);
+        let counters = [
+            on.launch_counter(),
+            off.launch_counter(),
+            nofold.launch_counter(),
+        ];
+        let mut rng = Rng::new(4242);
+        let mut w = WeightStore::default();
+        for (name, m) in [("wqkv", c), ("wz", 19)] {
+            let v = rng.vec_normal(m * k, 0.5);
+            let bytes = quant::quantize(dtype, &v).unwrap();
+            w.insert(name, HostTensor::from_bytes(dtype, &[m, k], bytes));
+        }
+        w.insert(
+            "taps",
+            HostTensor::from_f32(&[c, 4], &rng.vec_normal(c * 4, 0.5)),
+        );
+        let decls = [StateDecl::new("st", &[3, c])];
+        let graph = |n: usize| {
+            let mut b = GraphBuilder::new();
+            let x = b.input("x", DType::F32, &[n, k]).unwrap();
+            let wq = b.weight("wqkv", dtype, &[c, k]).unwrap();
+            let wz = b.weight("wz", dtype, &[19, k]).unwrap();
+            let taps = b.weight("taps", DType::F32, &[c, 4]).unwrap();
+            let st = b.state("st", &[3, c]).unwrap();
+            let qkv = b.matmul(x, wq).unwrap();
+            let z = b.matmul(x, wz).unwrap();
+            let y = b.conv_step(qkv, taps, st).unwrap();
+            b.output("conv", y).unwrap();
+            b.output("z", z).unwrap();
+            b.build()
+        };
+        let steps = [1, 1, 3, 1, 1];
+        let xs: Vec<Vec<f32>> = steps.iter().map(|&n| rng.vec_normal(n * k, 1.0)).collect();
+        // Per backend: every step's outputs and state, and its launches.
+        let mut runs = Vec::new();
+        for (be, count) in [&mut on, &mut off, &mut nofold].into_iter().zip(&counters) {
+            let wid = be.upload_weights(&w).unwrap();
+            let sid = be.alloc_states(&decls).unwrap();
+            let mut got = Vec::new();
+            for (&n, x) in steps.iter().zip(&xs) {
+                let e = be.compile(&graph(n)).unwrap();
+                let before = count.get();
+                let mut out = be
+                    .run(e, wid, sid, &[("x", HostData::F32(x.clone()))])
+                    .unwrap();
+                let launches = count.get() - before;
+                let st = be.read_state(sid, "st").unwrap();
+                out.push(("st".into(), HostTensor::from_f32(&[3, c], &st)));
+                got.push((n, out, launches));
+            }
+            runs.push(got);
+        }
+        for (i, ((n, fold, l_fold), ((_, plain, _), (_, unfolded, l_unfolded)))) in
+            runs[0].iter().zip(runs[1].iter().zip(&runs[2])).enumerate()
+        {
+            let what = format!("{dtype} step {i} ({n} rows)");
+            assert_same_bits(&format!("{what}: folded vs unfused"), fold, plain);
+            assert_same_bits(&format!("{what}: folded vs fused unfolded"), fold, unfolded);
+            // Fused: quantize + qgemv4 (+ conv_step unless folded).
+            assert_eq!(*l_unfolded, 3, "{what}: launches without the fold");
+            assert_eq!(*l_fold, if *n == 1 { 2 } else { 3 }, "{what}: launches");
+        }
+    }
 }
 
 /// Where the unfused GEMV of a tile is a wide variant (NVIDIA; the emulator poses as one), a

@@ -10,6 +10,9 @@
 //!   `SwiGlu` launch and run gate/up as `qgemv4_*`), or `qmma_glu_*` where the matrix-core
 //!   kernel is on (any of its widths);
 //! - a folded `SigmoidMul` is computed inside the quantization (`quantize_q8_gate`);
+//! - at one input row, a K = 4 `ConvStep` that is the only reader of a `qgemv4_*` group's
+//!   first output (the DeltaNet qkv projection) runs in that launch's epilogue (`QConv` in
+//!   `hip/qmatmul.hip`), so its `conv_step` launch goes;
 //! - a norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`,
 //!   [`norm_q8`]), so that matmul's `quantize_q8` launch goes.
 //!
@@ -68,7 +71,7 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         max_segments: kernels::QGEMV_SEGMENTS,
     };
     let found = fuse::find(g, &lim);
-    for grp in found.groups {
+    for (fi, grp) in found.groups.into_iter().enumerate() {
         // Members share dtype, K and the input, so the first decides for all.
         let Some((suffix, n, ..)) = int8_matmul(be, g, grp.members[0]) else {
             continue;
@@ -90,6 +93,16 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
             None => nt <= kernels::QGEMV_GLU_MAX_TILE,
         };
         let swiglu = grp.swiglu.filter(|_| glu);
+        let conv = found
+            .conv
+            .get(fi)
+            .copied()
+            .flatten()
+            .filter(|&c| swiglu.is_none() && conv_foldable(be, g, n, suffix, c));
+        if let Some(c) = conv {
+            f.folded[c] = true;
+        }
+        f.conv.push(conv);
         let gi = f.groups.len();
         for (k, &m) in grp.members.iter().enumerate() {
             f.role[m] = Some((gi, k == 0));
@@ -115,12 +128,23 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
     f
 }
 
+/// Whether conv step `c`, found reading a group's first output, runs in the group's launch:
+/// one input row on the dp4a kernels (whose epilogue has the conv), and four taps.
+fn conv_foldable(be: &HipBackend, g: &Graph, n: usize, suffix: &str, c: usize) -> bool {
+    let taps = g.tensor(g.nodes[c].inputs[1]);
+    be.conv_fold
+        && n == 1
+        && be.qmma_tile(n, suffix).is_none()
+        && taps.shape.len() == 2
+        && taps.shape[1] == 4
+}
+
 /// Per node: true for an `RmsNorm`/`AddRmsNorm`/`GatedRmsNorm` whose normalised output is the
 /// activation of an int8 matmul (directly or through a reshape view) and whose row length is a
 /// multiple of 32 (each warp of the norm kernel then holds whole quantization blocks). Such a
 /// norm runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul
-/// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion, and off
-/// by default (`DELTASPEC_HIP_NORM_Q8=1`; `=gated`: `GatedRmsNorm` only).
+/// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion; by
+/// default for `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=1`: every norm, `=0`: none).
 pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
     if !be.fusion || be.norm_q8 == NormQ8::Off || !be.int8_matmul {
@@ -158,7 +182,7 @@ pub(super) fn node(
     }
     match f.role.get(i).copied().flatten() {
         Some((_, false)) => return Ok(()),
-        Some((gi, true)) => return group(be, env, &f.groups[gi]),
+        Some((gi, true)) => return group(be, env, &f.groups[gi], f.conv_of(gi)),
         None => {}
     }
     if let Some(s) = f.gate_of.get(i).copied().flatten() {
@@ -183,8 +207,9 @@ fn fused_wide_rows(be: &HipBackend, nt: u32) -> Option<u32> {
     lower::qgemv_wide(be, nt).filter(|&r| kernels::QGEMV_FUSED_WIDE.contains(&(nt, r)))
 }
 
-/// One group: one quantization, then one `qgemv_glu_*` or `qgemv4_*` launch.
-fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
+/// One group: one quantization, then one `qgemv_glu_*` or `qgemv4_*` launch (running conv
+/// step node `conv` too where one is folded in).
+fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result<(), BackendError> {
     let g = env.graph;
     let first = &g.nodes[grp.members[0]];
     let (suffix, n, k, _, row_bytes) =
@@ -322,6 +347,17 @@ fn group(be: &HipBackend, env: &Env, grp: &Group) -> Result<(), BackendError> {
         }
         args.extend([Arg::P(xq), Arg::P(xd), Arg::P(xs), u(n)?, u(k)?]);
         args.push(Arg::U64(row_bytes));
+        // The dp4a kernels' folded conv (taps, state, output) for segment 0; null: none.
+        if source == "qmatmul" {
+            match conv.filter(|_| c == 0).map(|ci| &g.nodes[ci]) {
+                Some(cn) => args.extend([
+                    Arg::P(env.f32_ptr(cn.inputs[1])),
+                    Arg::P(env.ptr(cn.inputs[2])),
+                    Arg::P(env.ptr(cn.outputs[0])),
+                ]),
+                None => args.extend([Arg::P(0), Arg::P(0), Arg::P(0)]),
+            }
+        }
         let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;
         launch(be, source, &name, [grid, 1, 1], threads, &args)?;
     }

@@ -155,14 +155,16 @@ pub struct HipBackend {
     capturing: std::cell::Cell<bool>,
     /// Fused int8 GEMV launches ([`fused`]); `DELTASPEC_HIP_FUSION=0` turns them off.
     fusion: bool,
-    /// Norms that write int8 activations for the next matmul ([`fused::norm_q8`]); off by
-    /// default: with it on, the 27B IQ4_XS decode step on the H200 measured 13.73 ms against
-    /// 12.18 ms the run before (2026-12-03). `DELTASPEC_HIP_NORM_Q8=1` turns it on, `=gated`
-    /// for gated norms only: on the H200 (ncu, 27B 8-layer cut, 1 row) `gated_rms_norm_q8` took
-    /// 3.0 µs against 2.8 + 2.2 for the norm and its `quantize_q8`, while `add_rms_norm_q8`
-    /// took 10.0 µs against 3.6 + 2.2 (its one-block-per-row form at 5120), which is what made
-    /// `norm_q8` slower. Gated stays off by default until a step A/B.
+    /// Norms that write int8 activations for the next matmul ([`fused::norm_q8`]): gated norms
+    /// by default. 27B IQ4_XS decode on the H200, 3 interleaved rounds (docs/perf.md, session
+    /// 14): off 6.35 / 6.49 / 6.56 ms, gated 6.31 / 6.37 / 6.31, all 6.56 / 6.47 / 6.48 (the
+    /// 5120-wide `add_rms_norm_q8` takes 5.2 µs against 3.3 + 2.2 for the norm and its
+    /// `quantize_q8`: no step-level gain). `DELTASPEC_HIP_NORM_Q8=0` turns it off, `=1` on for
+    /// every norm.
     norm_q8: NormQ8,
+    /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
+    /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off.
+    conv_fold: bool,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
     unfused_wide_tiles: &'static [u32],
@@ -304,9 +306,10 @@ impl HipBackend {
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
             norm_q8: match std::env::var("DELTASPEC_HIP_NORM_Q8").as_deref() {
                 Ok("1") => NormQ8::All,
-                Ok("gated") => NormQ8::Gated,
-                _ => NormQ8::Off,
+                Ok("0") => NormQ8::Off,
+                _ => NormQ8::Gated,
             },
+            conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],
                 Ok("narrow") => &[8, 16],
@@ -635,6 +638,12 @@ impl HipBackend {
     /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
     pub fn set_norm_q8(&mut self, which: NormQ8) {
         self.norm_q8 = which;
+    }
+
+    /// Whether a 1-row projection group runs the conv step that reads its first output (see
+    /// [`fused`]), for graphs compiled afterwards.
+    pub fn set_conv_fold(&mut self, on: bool) {
+        self.conv_fold = on;
     }
 
     /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for
