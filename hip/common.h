@@ -282,6 +282,19 @@ DEV i32 dot4_i8(u32 a, u32 b, i32 c) {
 // repeat lanes 0-15) and returns D[2i + l/16][l%16], i < 8; gfx12's
 // v_wmma_i32_16x16x16_iu8_w32_gfx12 takes 8 bytes per lane (lanes 16-31: k 8..15) and returns
 // D[i + 8(l/16)][l%16]. Both would need a 16-wide tile, not this 16×8 one.
+// Makes v opaque to the compiler (an empty asm that "changes" it): values computed from it are
+// then computed where they are used, not hoisted out of a loop as invariants held in registers.
+// No instruction is emitted; a no-op off the GPU.
+DEV void opaque_u32(u32& v) {
+#if defined(__NVPTX__)
+    asm volatile("" : "+r"(v));
+#elif defined(__AMDGPU__)
+    asm volatile("" : "+v"(v));
+#else
+    (void)v;
+#endif
+}
+
 // A hint that the 128-byte line holding p will be read soon: NVIDIA `prefetch.global.L2`
 // (no register is written and no load waits on it; an address past the data is not touched).
 // A no-op elsewhere (the emulator included): values never depend on it.

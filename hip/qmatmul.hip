@@ -308,6 +308,23 @@ struct QConv {
     const float* w;
     float* state;
     float* y;
+    u32 C;  // channels: segment 0's rows
+};
+
+// Whether a type's 1-row qgemv4 has the folded conv epilogue. Not Q4_K or Q5_K: there it cost
+// ptxas ~20 registers (Q4_K 80 -> 102, fewer resident warps), so their conv steps stay separate
+// launches (mirrored by kernels::QCONV_TYPES).
+template <class Q>
+struct QConvFold {
+    static constexpr bool v = true;
+};
+template <>
+struct QConvFold<IQ4_K> {
+    static constexpr bool v = false;
+};
+template <>
+struct QConvFold<IQ5_K> {
+    static constexpr bool v = false;
 };
 
 // The rows of warp `wi`. Plain (GLU = false): weight rows [wi·R, wi·R + R) of W into Y[N, M].
@@ -317,7 +334,7 @@ struct QConv {
 template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0>
 DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
-               u32 M, u64 row_bytes, u32 wi, QConv cv = QConv{nullptr, nullptr, nullptr}, bool conv = false) {
+               u32 M, u64 row_bytes, u32 wi, QConv cv = QConv{nullptr, nullptr, nullptr, 0}, bool conv = false) {
     constexpr u32 IPB = Q::QK / 32;
     constexpr u32 RO = GLU ? R / 2 : R;  // output columns per warp
     static_assert(!GLU || R % 2 == 0, "a GLU warp owns gate/up row pairs");
@@ -339,13 +356,13 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below
     // A folded conv: lane r < RO hints row m0 + r's taps and window into L2 now, so the loads at
     // the end find them there (loaded here, they held 8 more registers through the loop).
-    constexpr bool CONV = NT == 1 && !GLU;
+    constexpr bool CONV = NT == 1 && !GLU && QConvFold<Q>::v;
     if constexpr (CONV) {
         if (conv && lane < RO && m0 + lane < M) {
             const u64 c = m0 + lane;
             prefetch_l2(cv.w + c * 4);
 #pragma unroll
-            for (u32 i = 0; i < 3; ++i) prefetch_l2(cv.state + i * (u64)M + c);
+            for (u32 i = 0; i < 3; ++i) prefetch_l2(cv.state + i * (u64)cv.C + c);
         }
     }
     for (u32 n0 = 0; n0 < N; n0 += NT) {
@@ -415,13 +432,19 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 float o = out[0];
 #pragma unroll
                 for (u32 r = 1; r < RO; ++r) o = lane == r ? out[r] : o;
-                const u64 c = m0 + lane;
+                // The channel and C through an empty asm: the addresses are then computed here,
+                // not hoisted above the K loop as invariants (8 more registers held through it).
+                u32 C = cv.C, row = m0 + lane;
+                opaque_u32(C);
+                opaque_u32(row);
+                const u64 c = row;
                 const float* w = cv.w + c * 4;
-                const float h0 = cv.state[c], h1 = cv.state[(u64)M + c], h2 = cv.state[2 * (u64)M + c];
+                float* st = cv.state + c;
+                const float h0 = st[0], h1 = st[C], h2 = st[2 * (u64)C];
                 cv.y[c] = conv4_silu(w[0], w[1], w[2], w[3], h0, h1, h2, o);
-                cv.state[c] = h1;
-                cv.state[(u64)M + c] = h2;
-                cv.state[2 * (u64)M + c] = o;
+                st[0] = h1;
+                st[C] = h2;
+                st[2 * (u64)C] = o;
             }
         }
     }
@@ -453,7 +476,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
         }
     }
     qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
-                               QConv{CW, CS, CY}, conv);
+                               QConv{CW, CS, CY, M0}, conv);
 }
 
 #define DS_QGEMV(name, Q, NT)                                                                             \

@@ -129,11 +129,12 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
 }
 
 /// Whether conv step `c`, found reading a group's first output, runs in the group's launch:
-/// one input row on the dp4a kernels (whose epilogue has the conv), and four taps.
+/// one input row on the dp4a kernels of a type whose epilogue has the conv, and four taps.
 fn conv_foldable(be: &HipBackend, g: &Graph, n: usize, suffix: &str, c: usize) -> bool {
     let taps = g.tensor(g.nodes[c].inputs[1]);
     be.conv_fold
         && n == 1
+        && kernels::QCONV_TYPES.contains(&suffix)
         && be.qmma_tile(n, suffix).is_none()
         && taps.shape.len() == 2
         && taps.shape[1] == 4

@@ -101,6 +101,9 @@ pub fn gemv_rows(nt: u32) -> u32 {
 }
 /// Weight types with an int8-activation kernel (`DS_FOR_EACH_QTYPE` in `hip/qmatmul.hip`).
 pub const QGEMV_TYPES: &[&str] = &["q8_0", "q4_k", "q5_k", "q6_k", "iq4_xs"];
+/// Weight types whose 1-row `qgemv4_*` kernels run a folded conv step (`QConvFold` in
+/// `hip/qmatmul.hip`; the regrouped Q8_0 kernels too).
+pub const QCONV_TYPES: &[&str] = &["q8_0", "q6_k", "iq4_xs"];
 /// The dp4a kernels' name for Q8_0 weights in the regrouped layout (`IQ8_0G` in
 /// `hip/qmatmul.hip`: per 16 blocks the 16 scales, then the 16 × 32 values), which the backend
 /// keeps next to the plain copy where `DELTASPEC_HIP_Q8_REGROUP=1` (rows of K % 512 == 0).
