@@ -13,9 +13,11 @@
 //    one per row; no barrier);
 //  - D % 4 == 0 and D <= NORM_BLOCK_MAX: one NORM_THREADS block per row (512 threads: a
 //    5120-wide row is 3 float4 passes per thread. With 256 threads it was 5 passes, run as the
-//    8-pass template: add_rms_norm_q8 took 10.0 µs on the H200 against 3.6 for add_rms_norm,
-//    its per-pass quantization (two IEEE divisions, four roundings) then being ~1000 more
-//    instructions per thread in one block's serial chain);
+//    8-pass template, whose per-pass quantization (two IEEE divisions, four roundings) added
+//    ~1000 instructions to each thread's serial chain. H200, ncu, 5120 wide: add_rms_norm_q8
+//    10.0 -> 5.2 µs, rms_norm_q8 9.8 -> 4.5, add_rms_norm 3.6 -> 3.3. What is left is mostly
+//    instruction fetch: 44 % of add_rms_norm_q8's stall cycles wait on it, the usual lot of a
+//    kernel of one block that runs its code once, cold);
 //  - otherwise a strided loop over the row (one NORM_THREADS block per row).
 // In the register forms thread t of a row holds the float4 chunks c = t + k · TPR (k < NP) of
 // x and of every other operand (w, res, z), all loaded before the first reduction, so a row

@@ -163,7 +163,9 @@ pub struct HipBackend {
     /// every norm.
     norm_q8: NormQ8,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
-    /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off.
+    /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
+    /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
+    /// steps 6.52 / 6.38 / 6.36 ms on against 6.50 / 6.94 / 6.49 off (3 interleaved rounds).
     conv_fold: bool,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
