@@ -28,6 +28,7 @@
 // reduction, a second round trip: 9.7 µs per add_rms_norm_q8 on the H200.)
 // The host side of the form choice is `norm_threads` in src/backend/hip/lower.rs.
 #include "q8act.h"
+#include "rope.h"
 
 constexpr u32 NORM_THREADS = 512;  // mirrored by lower::norm_threads
 constexpr u32 NORM_NP = 4;  // most float4 passes per thread in the register forms
@@ -311,4 +312,66 @@ KERNEL(NORM_THREADS) l2_norm(const float* __restrict__ x, float* __restrict__ y,
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss + eps);
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) y[row + i] = (x[row + i] * r) * scale;
+}
+
+// qk_prep: an attention layer's query/key preparation in one launch (the hip backend's fusion
+// plan, `DELTASPEC_HIP_QK_PREP=1`): rms_norm of each q and k head row, partial RoPE, and the
+// cache write of the new k and v rows (kv_write in hip/attention.hip). One warp per (head,
+// token): grid (nh + nkv, T); warps h < nh take query head h, the others key head h - nh and its
+// value row. The norm is the warp form's (rms_norm_regs: the same loads, sums and products), the
+// rotation rope_rotate (hip/rope.h) on the normed row held in shared memory, so q, k and the
+// cache rows equal the unfused launches' bit for bit. Needs D % 4 == 0 and D <= NORM_WARP_MAX.
+// pos: RoPE positions; rows: cache rows (the same for a chain; for a tree, committed length +
+// row index); rows outside [0, cap) write no cache row, as kv_write.
+template <u32 NP>
+DEV void qk_norm_row(const float* __restrict__ x, const float* __restrict__ w, u64 row, u32 D, float eps,
+                     float* __restrict__ sh) {
+    const NormRow nr{lane_id(), WARP, D / 4, row * (D / 4)};
+    f32x4 v[NP], wv[NP];
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const bool h = nr_has(nr, k);
+        v[k] = h ? ld4(x, nr.base + nr_chunk(nr, k)) : zero4();
+        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
+    }
+    const float r = norm_r<WARP, NP>(v, D, eps);
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k)
+        if (nr_has(nr, k)) st4(sh, nr_chunk(nr, k), mul4(scale4(v[k], r), wv[k]));
+}
+
+KERNEL(WARP)
+qk_prep(const float* __restrict__ q, const float* __restrict__ qw, const float* __restrict__ k,
+        const float* __restrict__ kw, const float* __restrict__ v, const i32* __restrict__ pos,
+        const float* __restrict__ qf, const float* __restrict__ kf, const i32* __restrict__ rows,
+        float* __restrict__ qo, float* __restrict__ ko, float* __restrict__ kc, float* __restrict__ vc, u32 nh,
+        u32 nkv, u32 D, u32 half, float m, float eps, u32 cap) {
+    grid_begin();
+    __shared__ __attribute__((aligned(16))) float sh[NORM_WARP_MAX];
+    const u32 h = bid_x(), t = bid_y(), lane = lane_id();
+    const bool isq = h < nh;
+    const u32 hh = isq ? h : h - nh;
+    const u64 row = (u64)t * (isq ? nh : nkv) + hh;  // the head row among [T, heads] rows of D
+    const float* x = isq ? q : k;
+    const float* w = isq ? qw : kw;
+    const u32 np = (D / 4 + WARP - 1) / WARP;
+    if (np <= 1) qk_norm_row<1>(x, w, row, D, eps, sh);
+    else if (np <= 2) qk_norm_row<2>(x, w, row, D, eps, sh);
+    else if (np <= 3) qk_norm_row<3>(x, w, row, D, eps, sh);
+    else qk_norm_row<4>(x, w, row, D, eps, sh);
+    sync_block();
+    const float* f = isq ? qf : kf;
+    float* out = isq ? qo : ko;
+    const i32 p = pos[t], cr = isq ? -1 : rows[t];
+    const bool cache = cr >= 0 && (u32)cr < cap;
+    const u64 crow = ((u64)(cache ? cr : 0) * nkv + hh) * D;  // this head's row in the caches
+    for (u32 d = lane; d < D; d += WARP) {
+        const float y =
+            d < 2 * half ? rope_rotate(sh[d], sh[d < half ? d + half : d - half], d, half, p, f, m) : sh[d];
+        out[row * D + d] = y;
+        if (cache) {
+            kc[crow + d] = y;
+            vc[crow + d] = v[row * D + d];
+        }
+    }
 }

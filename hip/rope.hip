@@ -3,7 +3,7 @@
 // m (YaRN; 1 otherwise) in f32 as HF does. inv_freq is computed on the host exactly as the CPU
 // reference computes it (YaRN included), the angle is the same f32 product, and sin/cos are evaluated
 // in f64 (common.h), so results match the reference to an ulp.
-#include "common.h"
+#include "rope.h"
 
 constexpr u32 ROPE_THREADS = 256;
 
@@ -18,15 +18,5 @@ KERNEL(ROPE_THREADS) rope(const float* __restrict__ x, const i32* __restrict__ p
         y[i] = x[i];
         return;
     }
-    const u32 f = d < half ? d : d - half;
-    const float angle = (float)pos[t] * inv_freq[f];
-    float s, c;
-    ds_sincosf(angle, &s, &c);
-    c *= m;
-    s *= m;
-    if (d < half) {
-        y[i] = x[i] * c - x[i + half] * s;
-    } else {
-        y[i] = x[i] * c + x[i - half] * s;
-    }
+    y[i] = rope_rotate(x[i], d < half ? x[i + half] : x[i - half], d, half, pos[t], inv_freq, m);
 }

@@ -13,7 +13,7 @@ mod common;
 use common::{f32s, rel_err};
 use deltaspec::backend::hip::{HipBackend, NormQ8};
 use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl, WeightStore};
-use deltaspec::graph::{Graph, GraphBuilder};
+use deltaspec::graph::{AttnParams, Graph, GraphBuilder};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
@@ -243,6 +243,7 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
         return;
     };
     on.set_norm_q8(NormQ8::All); // the norm + quantize fusion too, on the whole model
+    on.set_qk_prep(true); // and the attention layers' q/k preparation
     let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-fused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -373,6 +374,108 @@ fn conv_step_folds_into_the_one_row_projection_group() {
             // Fused: quantize + qgemv4 (+ conv_step unless folded).
             assert_eq!(*l_unfolded, 3, "{what}: launches without the fold");
             assert_eq!(*l_fold, if *n == 1 { 2 } else { 3 }, "{what}: launches");
+        }
+    }
+}
+
+/// An attention layer's q/k preparation (`set_qk_prep`): `RmsNorm` → `Rope` of the queries and
+/// of the keys and the cache write run as one `qk_prep` launch. The attention output and both
+/// caches equal the unfused run bit for bit over a prefill and decode steps, at head sizes of the
+/// norms' 1- and 2-pass warp forms with partial rotation; four launches go.
+#[test]
+fn qk_preparation_runs_as_one_launch() {
+    for (hd, rot) in [(64, 16), (256, 64)] {
+        let (Some(mut on), Some(mut off)) = (gpu("qk_prep", true), gpu("qk_prep", true)) else {
+            return;
+        };
+        on.set_qk_prep(true);
+        let (nh, nkv, cap) = (4, 2, 16);
+        let p = AttnParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let mut rng = Rng::new(hd as u64);
+        let mut w = WeightStore::default();
+        for name in ["qn", "kn"] {
+            w.insert(name, HostTensor::from_f32(&[hd], &rng.vec_normal(hd, 1.0)));
+        }
+        let decls = [
+            StateDecl::new("kc", &[cap, nkv, hd]),
+            StateDecl::new("vc", &[cap, nkv, hd]),
+        ];
+        let graph = |t: usize| {
+            let mut b = GraphBuilder::new();
+            let q = b.input("q", DType::F32, &[t, nh, hd]).unwrap();
+            let k = b.input("k", DType::F32, &[t, nkv, hd]).unwrap();
+            let v = b.input("v", DType::F32, &[t, nkv, hd]).unwrap();
+            let pos = b.input("pos", DType::I32, &[t]).unwrap();
+            let (qn, kn) = (
+                b.weight("qn", DType::F32, &[hd]).unwrap(),
+                b.weight("kn", DType::F32, &[hd]).unwrap(),
+            );
+            let kc = b.state("kc", &[cap, nkv, hd]).unwrap();
+            let vc = b.state("vc", &[cap, nkv, hd]).unwrap();
+            let q = b.rms_norm(q, qn, 1e-6).unwrap();
+            let k = b.rms_norm(k, kn, 1e-6).unwrap();
+            let q = b.rope(q, pos, rot, 10000.0).unwrap();
+            let k = b.rope(k, pos, rot, 10000.0).unwrap();
+            let o = b.attention(p, q, k, v, pos, kc, vc).unwrap();
+            b.output("o", o).unwrap();
+            b.build()
+        };
+        let steps: [&[i32]; 3] = [&[0, 1, 2], &[3], &[4]];
+        let inputs: Vec<Vec<(&str, HostData)>> = steps
+            .iter()
+            .map(|pos| {
+                let t = pos.len();
+                vec![
+                    ("q", HostData::F32(rng.vec_normal(t * nh * hd, 1.0))),
+                    ("k", HostData::F32(rng.vec_normal(t * nkv * hd, 1.0))),
+                    ("v", HostData::F32(rng.vec_normal(t * nkv * hd, 1.0))),
+                    ("pos", HostData::I32(pos.to_vec())),
+                ]
+            })
+            .collect();
+        let counters = [on.launch_counter(), off.launch_counter()];
+        let mut runs = Vec::new();
+        for (be, count) in [&mut on, &mut off].into_iter().zip(&counters) {
+            let wid = be.upload_weights(&w).unwrap();
+            let sid = be.alloc_states(&decls).unwrap();
+            let mut got = Vec::new();
+            for (pos, inp) in steps.iter().zip(&inputs) {
+                let e = be.compile(&graph(pos.len())).unwrap();
+                let before = count.get();
+                let mut out = be.run(e, wid, sid, inp).unwrap();
+                let launches = count.get() - before;
+                for st in ["kc", "vc"] {
+                    let v = be.read_state(sid, st).unwrap();
+                    out.push((st.into(), HostTensor::from_f32(&[cap, nkv, hd], &v)));
+                }
+                got.push((out, launches));
+            }
+            runs.push(got);
+        }
+        for (i, ((a, l_on), (b, l_off))) in runs[0].iter().zip(&runs[1]).enumerate() {
+            let what = format!("hd {hd} step {i}");
+            // Unwritten cache rows are poisoned alike on both sides: compare the written ones.
+            let written = |v: &[(String, HostTensor)]| -> Vec<(String, HostTensor)> {
+                let rows = steps[..=i].iter().map(|p| p.len()).sum::<usize>() * nkv * hd;
+                v.iter()
+                    .map(|(n, t)| {
+                        let x = f32s(t);
+                        let x = if n == "o" { x } else { x[..rows].to_vec() };
+                        (n.clone(), HostTensor::from_f32(&[x.len()], &x))
+                    })
+                    .collect()
+            };
+            assert_same_bits(&what, &written(a), &written(b));
+            assert_eq!(
+                *l_on + 4,
+                *l_off,
+                "{what}: launches {l_on} fused, {l_off} unfused"
+            );
         }
     }
 }

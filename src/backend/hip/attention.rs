@@ -14,6 +14,7 @@
 use super::HipBackend;
 use super::driver::DevPtr;
 use super::lower::{Arg, Env, blocks, input_i32, launch, u32_arg, unsupported};
+use crate::backend::wgpu::fuse::QkPrep;
 use crate::backend::{BackendError, HostData};
 use crate::graph::{AttnParams, Graph, Node, Op, TensorId};
 use std::collections::HashMap;
@@ -141,13 +142,15 @@ pub(super) fn launch_key(
 }
 
 /// Launches one attention node. `window`: `None` for causal attention, `Some(w)` for
-/// non-causal (0 = unlimited).
+/// non-causal (0 = unlimited). `prep`: the q/k norms and ropes folded into this node (the fusion
+/// plan), run with the cache write as one `qk_prep` launch.
 pub(super) fn lower(
     be: &HipBackend,
     env: &Env,
     node: &Node,
     p: &AttnParams,
     window: Option<usize>,
+    prep: Option<QkPrep>,
 ) -> Result<(), BackendError> {
     let g = env.graph;
     let ptr = |i: usize| env.ptr(node.inputs[i]);
@@ -164,23 +167,26 @@ pub(super) fn lower(
     let grid_dim = |v: usize| {
         u32::try_from(v).map_err(|_| unsupported(be, &node.op, format!("grid size {v}")))
     };
-    launch(
-        be,
-        "attention",
-        "kv_write",
-        [blocks((t * row) as u64, 256), 1, 1],
-        256,
-        &[
-            Arg::P(ptr(1)),
-            Arg::P(ptr(2)),
-            Arg::P(ptr(3)),
-            Arg::P(ptr(kc)),
-            Arg::P(ptr(kc + 1)),
-            u(t)?,
-            u(row)?,
-            u(cap)?,
-        ],
-    )?;
+    match prep {
+        Some(qp) => qk_prep(be, env, node, p, qp)?,
+        None => launch(
+            be,
+            "attention",
+            "kv_write",
+            [blocks((t * row) as u64, 256), 1, 1],
+            256,
+            &[
+                Arg::P(ptr(1)),
+                Arg::P(ptr(2)),
+                Arg::P(ptr(3)),
+                Arg::P(ptr(kc)),
+                Arg::P(ptr(kc + 1)),
+                u(t)?,
+                u(row)?,
+                u(cap)?,
+            ],
+        )?,
+    }
     if output_unused(g, node) {
         return Ok(());
     }
@@ -289,4 +295,62 @@ mod tests {
         assert_eq!(nc_splits(1000, 1 << 20, true), 64);
         assert_eq!(nc_splits(0, 100, true), 1);
     }
+}
+
+/// The q/k preparation of attention node `node` (`qk_prep` in `hip/norm.hip`): the norms and
+/// ropes of `qp` and the cache write of the new k/v rows in one launch, one warp per (head,
+/// token). It writes the ropes' outputs (the attention's q and k) and the cache rows.
+fn qk_prep(
+    be: &HipBackend,
+    env: &Env,
+    node: &Node,
+    p: &AttnParams,
+    qp: QkPrep,
+) -> Result<(), BackendError> {
+    let g = env.graph;
+    let [qn, kn, qr, kr] = [qp.q_norm, qp.k_norm, qp.q_rope, qp.k_rope].map(|i| &g.nodes[i]);
+    let (Op::RmsNorm { eps }, Op::Rope(rp)) = (&qn.op, &qr.op) else {
+        return Err(unsupported(
+            be,
+            &node.op,
+            "q/k preparation of other ops".into(),
+        ));
+    };
+    let (_, kc) = operands(node);
+    let t = g.tensor(node.inputs[0]).shape[0];
+    let cap = g.tensor(node.inputs[kc]).shape[0];
+    let u = |v: usize| u32_arg(be, &node.op, v);
+    let freqs = |i: usize| env.ex.consts.get(&i).map_or(env.ex.arena.ptr, |b| b.ptr);
+    let dim = |v: usize| {
+        u32::try_from(v).map_err(|_| unsupported(be, &node.op, format!("grid size {v}")))
+    };
+    launch(
+        be,
+        "norm",
+        "qk_prep",
+        [dim(p.n_heads + p.n_kv_heads)?, dim(t)?, 1],
+        32,
+        &[
+            Arg::P(env.ptr(qn.inputs[0])),
+            Arg::P(env.f32_ptr(qn.inputs[1])),
+            Arg::P(env.ptr(kn.inputs[0])),
+            Arg::P(env.f32_ptr(kn.inputs[1])),
+            Arg::P(env.ptr(node.inputs[2])),
+            Arg::P(env.ptr(qr.inputs[1])),
+            Arg::P(freqs(qp.q_rope)),
+            Arg::P(freqs(qp.k_rope)),
+            Arg::P(env.ptr(node.inputs[3])),
+            Arg::P(env.ptr(qr.outputs[0])),
+            Arg::P(env.ptr(kr.outputs[0])),
+            Arg::P(env.ptr(node.inputs[kc])),
+            Arg::P(env.ptr(node.inputs[kc + 1])),
+            u(p.n_heads)?,
+            u(p.n_kv_heads)?,
+            u(p.head_dim)?,
+            u(rp.rot / 2)?,
+            Arg::F32(rp.attention_factor()),
+            Arg::F32(*eps),
+            u(cap)?,
+        ],
+    )
 }

@@ -13,6 +13,8 @@
 //! - at one input row, a K = 4 `ConvStep` that is the only reader of a `qgemv4_*` group's
 //!   first output (the DeltaNet qkv projection) runs in that launch's epilogue (`QConv` in
 //!   `hip/qmatmul.hip`), so its `conv_step` launch goes;
+//! - with `DELTASPEC_HIP_QK_PREP=1`, an attention node's q/k `RmsNorm` → `Rope` chains (the
+//!   wgpu backend's `qk_prep` pattern) and its cache write run as one `qk_prep` launch;
 //! - a norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`,
 //!   [`norm_q8`]), so that matmul's `quantize_q8` launch goes.
 //!
@@ -116,6 +118,17 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
             split: None,
         });
     }
+    for (a, qp) in found.qk_prep.iter().enumerate() {
+        if let Some(qp) = *qp
+            && be.qk_prep
+            && qk_preppable(g, a)
+        {
+            for n in [qp.q_norm, qp.k_norm, qp.q_rope, qp.k_rope] {
+                f.folded[n] = true;
+            }
+            f.qk_prep[a] = Some(qp);
+        }
+    }
     for (j, s) in found.gate_of.iter().enumerate() {
         if let Some(s) = *s
             && f.role[j].is_none()
@@ -126,6 +139,13 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         }
     }
     f
+}
+
+/// Whether attention node `a` fits `qk_prep` (`hip/norm.hip`): head rows of the norms' warp form
+/// (`d % 4 == 0`, at most 512 values).
+fn qk_preppable(g: &Graph, a: usize) -> bool {
+    let hd = g.tensor(g.nodes[a].inputs[0]).last_dim();
+    hd.is_multiple_of(4) && hd <= 512
 }
 
 /// Whether conv step `c`, found reading a group's first output, runs in the group's launch:
@@ -185,6 +205,14 @@ pub(super) fn node(
         Some((_, false)) => return Ok(()),
         Some((gi, true)) => return group(be, env, &f.groups[gi], f.conv_of(gi)),
         None => {}
+    }
+    if let Some(qp) = f.qk_prep.get(i).copied().flatten() {
+        let (p, window) = match &node.op {
+            Op::Attention(p) | Op::AttentionTree(p) => (p, None),
+            Op::AttentionNonCausal { attn, window } => (attn, Some(*window)),
+            _ => return Err(lower::unsupported(be, &node.op, "q/k preparation".into())),
+        };
+        return super::attention::lower(be, env, node, p, window, Some(qp));
     }
     if let Some(s) = f.gate_of.get(i).copied().flatten() {
         let (suffix, n, k, m, row_bytes) =

@@ -395,6 +395,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         "add_rms_norm_q8",
         "gated_rms_norm_q8",
         "l2_norm",
+        "qk_prep",
     ] {
         v.push(("norm", n.into()));
     }

@@ -662,11 +662,11 @@ pub(super) fn node(
                 ],
             )
         }
-        Op::Attention(p) => super::attention::lower(be, env, node, p, None),
+        Op::Attention(p) => super::attention::lower(be, env, node, p, None, None),
         Op::AttentionNonCausal { attn, window } => {
-            super::attention::lower(be, env, node, attn, Some(*window))
+            super::attention::lower(be, env, node, attn, Some(*window), None)
         }
-        Op::AttentionTree(p) => super::attention::lower(be, env, node, p, None),
+        Op::AttentionTree(p) => super::attention::lower(be, env, node, p, None, None),
         Op::ArgMax => {
             let x = inp(0);
             let (rows, v) = (x.shape[0], x.shape[1]);

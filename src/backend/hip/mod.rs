@@ -167,6 +167,11 @@ pub struct HipBackend {
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
     /// steps 6.52 / 6.38 / 6.36 ms on against 6.50 / 6.94 / 6.49 off (3 interleaved rounds).
     conv_fold: bool,
+    /// An attention layer's q/k norms, ropes and cache write as one `qk_prep` launch instead
+    /// of five ([`fused`]; ~12 µs of 2 `rms_norm`, 2 `rope` and `kv_write` per 27B attention
+    /// layer on the H200); `DELTASPEC_HIP_QK_PREP=1` turns it on. Off by default: not yet
+    /// measured on a GPU.
+    qk_prep: bool,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
     unfused_wide_tiles: &'static [u32],
@@ -312,6 +317,7 @@ impl HipBackend {
                 _ => NormQ8::Gated,
             },
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
+            qk_prep: std::env::var("DELTASPEC_HIP_QK_PREP").is_ok_and(|v| v == "1"),
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],
                 Ok("narrow") => &[8, 16],
@@ -646,6 +652,12 @@ impl HipBackend {
     /// [`fused`]), for graphs compiled afterwards.
     pub fn set_conv_fold(&mut self, on: bool) {
         self.conv_fold = on;
+    }
+
+    /// Whether attention layers prepare q/k and write their caches in one launch (see
+    /// [`fused`]), for graphs compiled afterwards.
+    pub fn set_qk_prep(&mut self, on: bool) {
+        self.qk_prep = on;
     }
 
     /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for
