@@ -266,37 +266,6 @@ pub(super) fn lower(
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nc_split_counts_change_only_when_the_span_doubles() {
-        // DFlash2 on 132 SMs: 8 groups, want 33.
-        let counts: Vec<usize> = (1..=5000).map(|s| nc_splits(33, s, true)).collect();
-        let mut changes: Vec<usize> = (1..counts.len())
-            .filter(|&i| counts[i] != counts[i - 1])
-            .map(|i| i + 1)
-            .collect();
-        changes.dedup();
-        assert_eq!(changes, [65, 129, 257, 513, 1025]);
-        assert_eq!(counts[0], 1);
-        assert_eq!(counts[4999], 32);
-        // Never more splits than the exact rule's cap, never below one, a power of two.
-        for (span, &n) in (1..).zip(&counts) {
-            assert!(n.is_power_of_two() && n <= 33, "span {span}: {n}");
-            assert!(
-                n >= nc_splits(33, span, false).div_ceil(2),
-                "span {span}: {n}"
-            );
-        }
-        assert_eq!(nc_splits(33, 1100, false), 18);
-        assert_eq!(nc_splits(33, 0, true), 1);
-        assert_eq!(nc_splits(1000, 1 << 20, true), 64);
-        assert_eq!(nc_splits(0, 100, true), 1);
-    }
-}
-
 /// The q/k preparation of attention node `node` (`qk_prep` in `hip/norm.hip`): the norms and
 /// ropes of `qp` and the cache write of the new k/v rows in one launch, one warp per (head,
 /// token). It writes the ropes' outputs (the attention's q and k) and the cache rows.
@@ -353,4 +322,35 @@ fn qk_prep(
             u(cap)?,
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nc_split_counts_change_only_when_the_span_doubles() {
+        // DFlash2 on 132 SMs: 8 groups, want 33.
+        let counts: Vec<usize> = (1..=5000).map(|s| nc_splits(33, s, true)).collect();
+        let mut changes: Vec<usize> = (1..counts.len())
+            .filter(|&i| counts[i] != counts[i - 1])
+            .map(|i| i + 1)
+            .collect();
+        changes.dedup();
+        assert_eq!(changes, [65, 129, 257, 513, 1025]);
+        assert_eq!(counts[0], 1);
+        assert_eq!(counts[4999], 32);
+        // Never more splits than the exact rule's cap, never below one, a power of two.
+        for (span, &n) in (1..).zip(&counts) {
+            assert!(n.is_power_of_two() && n <= 33, "span {span}: {n}");
+            assert!(
+                n >= nc_splits(33, span, false).div_ceil(2),
+                "span {span}: {n}"
+            );
+        }
+        assert_eq!(nc_splits(33, 1100, false), 18);
+        assert_eq!(nc_splits(33, 0, true), 1);
+        assert_eq!(nc_splits(1000, 1 << 20, true), 64);
+        assert_eq!(nc_splits(0, 100, true), 1);
+    }
 }
