@@ -168,9 +168,9 @@ pub struct HipBackend {
     /// steps 6.52 / 6.38 / 6.36 ms on against 6.50 / 6.94 / 6.49 off (3 interleaved rounds).
     conv_fold: bool,
     /// An attention layer's q/k norms, ropes and cache write as one `qk_prep` launch instead
-    /// of five ([`fused`]; ~12 µs of 2 `rms_norm`, 2 `rope` and `kv_write` per 27B attention
-    /// layer on the H200); `DELTASPEC_HIP_QK_PREP=1` turns it on. Off by default: not yet
-    /// measured on a GPU.
+    /// of five ([`fused`]); `DELTASPEC_HIP_QK_PREP=1` turns it on. H200 (docs/perf.md, session
+    /// 14): `qk_prep` 5.6 µs against ~11.7 for the five; 27B steps 6.33 / 6.38 / 6.44 ms on
+    /// against 6.40 / 6.65 / 6.35 off, inside the spread, so off by default until more rounds.
     qk_prep: bool,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
