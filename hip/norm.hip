@@ -128,11 +128,11 @@ DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict_
     }
 }
 
-template <u32 TPR, u32 NP, bool Q8>
-DEV void rms_norm_regs(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
-                       float* XD, float* XS, u32 D, float eps) {
-    const NormRow nr = norm_row<TPR>(D);
-    f32x4 v[NP], wv[NP], o[NP];
+// The rms-normed chunks o of row nr: (x · r) · w. Shared by rms_norm and qk_prep.
+template <u32 TPR, u32 NP>
+DEV void rms_norm_row(const NormRow& nr, const float* __restrict__ x, const float* __restrict__ w, u32 D, float eps,
+                      f32x4 (&o)[NP]) {
+    f32x4 v[NP], wv[NP];
 #pragma unroll
     for (u32 k = 0; k < NP; ++k) {
         const bool h = nr_has(nr, k);
@@ -142,6 +142,14 @@ DEV void rms_norm_regs(const float* __restrict__ x, const float* __restrict__ w,
     const float r = norm_r<TPR, NP>(v, D, eps);
 #pragma unroll
     for (u32 k = 0; k < NP; ++k) o[k] = mul4(scale4(v[k], r), wv[k]);
+}
+
+template <u32 TPR, u32 NP, bool Q8>
+DEV void rms_norm_regs(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
+                       float* XD, float* XS, u32 D, float eps) {
+    const NormRow nr = norm_row<TPR>(D);
+    f32x4 o[NP];
+    rms_norm_row<TPR, NP>(nr, x, w, D, eps, o);
     norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
 }
 
@@ -318,26 +326,20 @@ KERNEL(NORM_THREADS) l2_norm(const float* __restrict__ x, float* __restrict__ y,
 // plan, `DELTASPEC_HIP_QK_PREP=1`): rms_norm of each q and k head row, partial RoPE, and the
 // cache write of the new k and v rows (kv_write in hip/attention.hip). One warp per (head,
 // token): grid (nh + nkv, T); warps h < nh take query head h, the others key head h - nh and its
-// value row. The norm is the warp form's (rms_norm_regs: the same loads, sums and products), the
-// rotation rope_rotate (hip/rope.h) on the normed row held in shared memory, so q, k and the
-// cache rows equal the unfused launches' bit for bit. Needs D % 4 == 0 and D <= NORM_WARP_MAX.
+// value row. The norm is the warp form's (rms_norm_row), the rotation rope_rotate (hip/rope.h)
+// on the normed row held in shared memory, so q, k and the cache rows equal the unfused
+// launches' bit for bit. Needs D % 4 == 0 and D <= NORM_WARP_MAX.
 // pos: RoPE positions; rows: cache rows (the same for a chain; for a tree, committed length +
 // row index); rows outside [0, cap) write no cache row, as kv_write.
 template <u32 NP>
 DEV void qk_norm_row(const float* __restrict__ x, const float* __restrict__ w, u64 row, u32 D, float eps,
                      float* __restrict__ sh) {
     const NormRow nr{lane_id(), WARP, D / 4, row * (D / 4)};
-    f32x4 v[NP], wv[NP];
-#pragma unroll
-    for (u32 k = 0; k < NP; ++k) {
-        const bool h = nr_has(nr, k);
-        v[k] = h ? ld4(x, nr.base + nr_chunk(nr, k)) : zero4();
-        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
-    }
-    const float r = norm_r<WARP, NP>(v, D, eps);
+    f32x4 o[NP];
+    rms_norm_row<WARP, NP>(nr, x, w, D, eps, o);
 #pragma unroll
     for (u32 k = 0; k < NP; ++k)
-        if (nr_has(nr, k)) st4(sh, nr_chunk(nr, k), mul4(scale4(v[k], r), wv[k]));
+        if (nr_has(nr, k)) st4(sh, nr_chunk(nr, k), o[k]);
 }
 
 KERNEL(WARP)

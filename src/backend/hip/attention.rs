@@ -164,9 +164,7 @@ pub(super) fn lower(
         return Ok(());
     }
     let u = |v: usize| u32_arg(be, &node.op, v);
-    let grid_dim = |v: usize| {
-        u32::try_from(v).map_err(|_| unsupported(be, &node.op, format!("grid size {v}")))
-    };
+    let grid_dim = |v: usize| grid_u32(be, node, v);
     match prep {
         Some(qp) => qk_prep(be, env, node, p, qp)?,
         None => launch(
@@ -266,6 +264,11 @@ pub(super) fn lower(
     Ok(())
 }
 
+/// A grid dimension of `node`'s launches, or an error naming it.
+fn grid_u32(be: &HipBackend, node: &Node, v: usize) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| unsupported(be, &node.op, format!("grid size {v}")))
+}
+
 /// The q/k preparation of attention node `node` (`qk_prep` in `hip/norm.hip`): the norms and
 /// ropes of `qp` and the cache write of the new k/v rows in one launch, one warp per (head,
 /// token). It writes the ropes' outputs (the attention's q and k) and the cache rows.
@@ -289,10 +292,7 @@ fn qk_prep(
     let t = g.tensor(node.inputs[0]).shape[0];
     let cap = g.tensor(node.inputs[kc]).shape[0];
     let u = |v: usize| u32_arg(be, &node.op, v);
-    let freqs = |i: usize| env.ex.consts.get(&i).map_or(env.ex.arena.ptr, |b| b.ptr);
-    let dim = |v: usize| {
-        u32::try_from(v).map_err(|_| unsupported(be, &node.op, format!("grid size {v}")))
-    };
+    let dim = |v: usize| grid_u32(be, node, v);
     launch(
         be,
         "norm",
@@ -306,8 +306,8 @@ fn qk_prep(
             Arg::P(env.f32_ptr(kn.inputs[1])),
             Arg::P(env.ptr(node.inputs[2])),
             Arg::P(env.ptr(qr.inputs[1])),
-            Arg::P(freqs(qp.q_rope)),
-            Arg::P(freqs(qp.k_rope)),
+            Arg::P(env.consts_ptr(qp.q_rope)),
+            Arg::P(env.consts_ptr(qp.k_rope)),
             Arg::P(env.ptr(node.inputs[3])),
             Arg::P(env.ptr(qr.outputs[0])),
             Arg::P(env.ptr(kr.outputs[0])),

@@ -206,14 +206,6 @@ pub(super) fn node(
         Some((gi, true)) => return group(be, env, &f.groups[gi], f.conv_of(gi)),
         None => {}
     }
-    if let Some(qp) = f.qk_prep.get(i).copied().flatten() {
-        let (p, window) = match &node.op {
-            Op::Attention(p) | Op::AttentionTree(p) => (p, None),
-            Op::AttentionNonCausal { attn, window } => (attn, Some(*window)),
-            _ => return Err(lower::unsupported(be, &node.op, "q/k preparation".into())),
-        };
-        return super::attention::lower(be, env, node, p, window, Some(qp));
-    }
     if let Some(s) = f.gate_of.get(i).copied().flatten() {
         let (suffix, n, k, m, row_bytes) =
             int8_matmul(be, env.graph, i).expect("checked by the plan");

@@ -103,6 +103,12 @@ impl Env<'_> {
     }
 
     /// Address of a tensor read as plain f32 values (non-f32 weights: their f32 view).
+    /// Device address of node `i`'s constant buffer (RoPE frequencies; the arena where it has
+    /// none).
+    pub fn consts_ptr(&self, i: usize) -> DevPtr {
+        self.ex.consts.get(&i).map_or(self.ex.arena.ptr, |b| b.ptr)
+    }
+
     pub fn f32_ptr(&self, id: TensorId) -> DevPtr {
         let t = self.graph.tensor(id);
         if t.kind == TensorKind::Weight && t.dtype != DType::F32 {
@@ -361,6 +367,8 @@ pub(super) fn node(
     let p_out = |i: usize| Arg::P(env.ptr(node.outputs[i]));
     let out = |i: usize| g.tensor(node.outputs[i]);
     let u32_of = |v: usize| u32_arg(be, &node.op, v);
+    // An attention node's folded q/k norms and ropes (the fusion plan).
+    let prep = env.ex.fusion.qk_prep.get(index).copied().flatten();
 
     match &node.op {
         Op::Reshape { .. } => Ok(()),
@@ -638,11 +646,7 @@ pub(super) fn node(
             let x = inp(0);
             let (h, d) = (x.shape[1], x.shape[2]);
             let n = x.numel() as u64;
-            let freqs = env
-                .ex
-                .consts
-                .get(&index)
-                .map_or(env.ex.arena.ptr, |b| b.ptr);
+            let freqs = env.consts_ptr(index);
             launch(
                 be,
                 "rope",
@@ -662,11 +666,11 @@ pub(super) fn node(
                 ],
             )
         }
-        Op::Attention(p) => super::attention::lower(be, env, node, p, None, None),
+        Op::Attention(p) => super::attention::lower(be, env, node, p, None, prep),
         Op::AttentionNonCausal { attn, window } => {
-            super::attention::lower(be, env, node, attn, Some(*window), None)
+            super::attention::lower(be, env, node, attn, Some(*window), prep)
         }
-        Op::AttentionTree(p) => super::attention::lower(be, env, node, p, None, None),
+        Op::AttentionTree(p) => super::attention::lower(be, env, node, p, None, prep),
         Op::ArgMax => {
             let x = inp(0);
             let (rows, v) = (x.shape[0], x.shape[1]);
