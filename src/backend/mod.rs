@@ -213,6 +213,17 @@ pub trait Backend {
             msg: "not measured on this backend".into(),
         })
     }
+
+    /// Seconds per dispatch of the backend's dispatch-cost probes (chains of `count`
+    /// near-empty launches, by what varies between them), for `deltaspec bench dispatch`.
+    fn dispatch_costs(&mut self, count: usize) -> Result<Vec<(String, f64)>, BackendError> {
+        let _ = count;
+        Err(BackendError::Unsupported {
+            backend: self.name(),
+            op: "dispatch_costs".into(),
+            msg: "no dispatch probe on this backend".into(),
+        })
+    }
 }
 
 /// The profiling key of a node: its op, and for weight ops the weight's type and shape.

@@ -13,6 +13,8 @@ pub enum Which {
     Decode(DecodeArgs),
     /// Device copy bandwidth.
     Bandwidth(BandwidthArgs),
+    /// What a dispatch costs besides its work: chains of near-empty launches (wgpu).
+    Dispatch(DispatchArgs),
     /// Speculative vs plain greedy decode from the same prompt in the same run: tok/s of both,
     /// mean accepted length, draft/verify/rollback time split (`--replay-profile`: REPLAY).
     Spec(Box<super::bench_spec::Args>),
@@ -52,10 +54,22 @@ pub struct BandwidthArgs {
     pub json: bool,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct DispatchArgs {
+    #[arg(long, default_value = "wgpu")]
+    pub backend: String,
+    /// Dispatches per timed chain.
+    #[arg(long, default_value_t = 256)]
+    pub count: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub fn run(w: &Which) -> anyhow::Result<()> {
     match w {
         Which::Decode(a) => decode(a),
         Which::Bandwidth(a) => bandwidth(a),
+        Which::Dispatch(a) => dispatch(a),
         Which::Spec(a) => super::bench_spec::run(a),
         Which::Draft(a) => super::bench_draft::run(a),
     }
@@ -76,6 +90,27 @@ fn bandwidth(a: &BandwidthArgs) -> anyhow::Result<()> {
             bw / 1e9,
             a.mib
         );
+    }
+    Ok(())
+}
+
+fn dispatch(a: &DispatchArgs) -> anyhow::Result<()> {
+    let mut be = backend::create(&a.backend)?;
+    let costs = be.dispatch_costs(a.count)?;
+    if a.json {
+        let rows: Vec<_> = costs
+            .iter()
+            .map(|(k, s)| serde_json::json!({"probe": k, "seconds": s}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"backend": be.name(), "probes": rows})
+        );
+    } else {
+        println!("{}: chains of {} dispatches", be.name(), a.count);
+        for (k, s) in &costs {
+            println!("  {:>9.2} us  {k}", s * 1e6);
+        }
     }
     Ok(())
 }

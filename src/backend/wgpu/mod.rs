@@ -12,6 +12,7 @@ mod device;
 pub(crate) mod fuse;
 pub mod lower;
 mod matmul;
+mod probe;
 pub mod shaders;
 mod timing;
 
@@ -737,15 +738,19 @@ impl Backend for WgpuBackend {
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;
         if crate::backend::profile::enabled() {
+            let how = match (self.gpu.timestamps, timing::repeats()) {
+                (false, _) => {
+                    " (adapter has no timestamp queries inside passes: no per-op times)".into()
+                }
+                (true, 1) => " (timed by timestamp queries)".to_string(),
+                (true, k) => {
+                    format!(" (timed by timestamp queries, each run {k} times back to back)")
+                }
+            };
             eprintln!(
-                "wgpu: graph of {} nodes -> {} dispatches{}",
+                "wgpu: graph of {} nodes -> {} dispatches{how}",
                 graph.nodes.len(),
                 low.steps.len(),
-                if self.gpu.timestamps {
-                    " (timed by timestamp queries)"
-                } else {
-                    " (adapter has no timestamp queries inside passes: no per-op times)"
-                }
             );
         }
         for (i, b) in plan.slot_bytes.iter().enumerate() {
@@ -954,10 +959,17 @@ impl Backend for WgpuBackend {
                     t.mark(&mut pass, 0);
                 }
                 let run = e.dispatches[start..end].iter().zip(&groups[start..end]);
+                let reps = if e.timer.is_some() {
+                    timing::repeats()
+                } else {
+                    1
+                };
                 for (i, (d, bg)) in (start..end).zip(run) {
                     pass.set_pipeline(&d.pipe.pipeline);
                     pass.set_bind_group(0, bg, &[]);
-                    pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    for _ in 0..reps {
+                        pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                    }
                     if let Some(t) = &e.timer {
                         t.mark(&mut pass, i + 1);
                     }
@@ -1033,6 +1045,10 @@ impl Backend for WgpuBackend {
             out.push((name.clone(), HostTensor::from_bytes(t.dtype, &t.shape, b)));
         }
         Ok(out)
+    }
+
+    fn dispatch_costs(&mut self, count: usize) -> Result<Vec<(String, f64)>, BackendError> {
+        self.probe_dispatches(count)
     }
 
     /// Copy bandwidth of the WGSL vec4 copy kernel (`copy.wgsl`, BULK): best of five

@@ -37,6 +37,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("dflash2", include_str!("../../../shaders/dflash2.wgsl")),
     ("quantize", include_str!("../../../shaders/quantize.wgsl")),
     ("qkprep", include_str!("../../../shaders/qkprep.wgsl")),
+    ("probe", include_str!("../../../shaders/probe.wgsl")),
 ];
 
 /// Shared WGSL spliced into templates by `//#include NAME`.
@@ -55,6 +56,7 @@ pub const WRITES_BEFORE_READS: &[&str] = &[
     "gdn",
     "quantize",
     "qkprep",
+    "probe",
 ];
 
 /// Whether pipelines keep naga's runtime checks (index clamps, loop-bounding counters):
@@ -622,6 +624,9 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
     }
     v.push(ShaderKey::new("copy"));
     v.push(ShaderKey::new("copy").flag("BULK"));
+    v.push(ShaderKey::new("probe").c("WG", 64));
+    v.push(ShaderKey::new("probe").c("WG", 32).flag("EXTRA"));
+    v.push(ShaderKey::new("probe").c("WG", 32).flag("SMEM").flag("BIG"));
     v.push(ShaderKey::new("quantize"));
     for tree in [false, true] {
         for (fin, entry) in [(true, "attn"), (false, "combine")] {

@@ -6,6 +6,22 @@
 use super::{BackendError, dev_err};
 use crate::backend::profile;
 
+/// `DELTASPEC_WGPU_PROFILE_REPEAT=k` (with `DELTASPEC_PROFILE=1`): every dispatch runs k times
+/// back to back and its time is the mean, so it runs with its code and data hot, without the
+/// previous kernel's caches around it. Set against the plain profile, it tells a kernel's own
+/// cost from what its place in the step adds. A diagnostic: dispatches that update state or
+/// accumulate run k times, so the step's outputs are garbage.
+pub fn repeats() -> u32 {
+    static K: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *K.get_or_init(|| {
+        std::env::var("DELTASPEC_WGPU_PROFILE_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|k| (1..=64).contains(k))
+            .unwrap_or(1)
+    })
+}
+
 pub struct Timer {
     set: wgpu::QuerySet,
     resolve: wgpu::Buffer,
@@ -82,7 +98,8 @@ impl Timer {
         };
         self.staging.unmap();
         for (w, label) in ticks.windows(2).zip(labels) {
-            let dt = w[1].saturating_sub(w[0]) as f64 * f64::from(period_ns) * 1e-9;
+            let dt = w[1].saturating_sub(w[0]) as f64 * f64::from(period_ns) * 1e-9
+                / f64::from(repeats());
             profile::record(format!("wgpu {label}"), dt);
         }
         Ok(())
