@@ -404,6 +404,12 @@ pub fn gemv_shape(n: usize, items: usize) -> GemvShape {
 /// sets a row's summation order, which depends only on the weight shape, never on N.
 pub fn gemv_shape_for(n: usize, items: usize, rows: usize) -> GemvShape {
     let mut s = gemv_shape(n, items);
+    // Few weight rows: two per workgroup, so the GPU holds twice the workgroups. The H200's
+    // 5120-row down / out_proj GEMVs took 12-13 % less time than with four (2026-12-04, 8-layer
+    // 27B IQ4_XS step 2.00 against 2.07 ms; the wider GEMVs gained nothing).
+    if s.nt <= 2 && rows <= gemv_few_rows() && env_u32("DELTASPEC_WGPU_GEMV_ROWS").is_none() {
+        s.r = 2;
+    }
     if let Some((wg, r, u)) = gemv_few()
         && rows <= gemv_few_rows()
     {
