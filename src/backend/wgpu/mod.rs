@@ -84,6 +84,13 @@ struct Pipe {
     storage: usize,
 }
 
+/// A prepared bulk copy ([`WgpuBackend::bulk_copy`]).
+struct BulkCopy {
+    pipeline: wgpu::ComputePipeline,
+    group: wgpu::BindGroup,
+    workgroups: u32,
+}
+
 struct WeightPart {
     buf: wgpu::Buffer,
 }
@@ -238,6 +245,47 @@ impl WgpuBackend {
         self.execs
             .get(exe.0 as usize)
             .map(|e| e.dispatches.iter().map(|d| d.label.clone()).collect())
+    }
+
+    /// A vec4 copy between two fresh buffers of `bytes` (`copy.wgsl` BULK, about four rounds
+    /// of UNROLL vec4s per thread): the bandwidth probe, and the L2-evicting copy of the
+    /// dispatch probes.
+    fn bulk_copy(&mut self, label: &str, bytes: u64) -> Result<BulkCopy, BackendError> {
+        let n = bytes.min(self.max_binding) / 16 * 16;
+        let src = self.buffer(label, n, storage_usage());
+        let dst = self.buffer(label, n, storage_usage());
+        let pipe = self.pipe(&ShaderKey::new("copy").flag("BULK"))?;
+        let vec4s = u32::try_from(n / 16).map_err(|_| dev_err("copy buffer too large"))?;
+        let workgroups = vec4s.div_ceil(256 * 16).clamp(1, 65535);
+        let mut params = [0u32; PARAMS];
+        params[0] = vec4s;
+        params[1] = workgroups * 256;
+        let ubuf = self.buffer_init(
+            label,
+            bytemuck::cast_slice(&params),
+            wgpu::BufferUsages::UNIFORM,
+        )?;
+        let entries: Vec<wgpu::BindGroupEntry> = [&ubuf, &src, &dst]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        let group = self
+            .gpu
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(label),
+                layout: &pipe.layout,
+                entries: &entries,
+            });
+        Ok(BulkCopy {
+            pipeline: pipe.pipeline.clone(),
+            group,
+            workgroups,
+        })
     }
 
     fn take_errors(&self) -> Result<(), BackendError> {
@@ -1057,47 +1105,17 @@ impl Backend for WgpuBackend {
         const REPS: u64 = 4;
         let cap = (self.gpu.limits.max_buffer_size / 2).min(self.max_binding);
         let n = (bytes as u64).clamp(1 << 20, cap.max(1 << 20)) / 16 * 16;
-        let a = self.buffer("bw-src", n, storage_usage());
-        let b = self.buffer("bw-dst", n, storage_usage());
-        let pipe = self.pipe(&ShaderKey::new("copy").flag("BULK"))?;
-        let vec4s = u32::try_from(n / 16).map_err(|_| dev_err("bandwidth buffer too large"))?;
-        // About four rounds of UNROLL vec4s per thread.
-        let groups = vec4s.div_ceil(256 * 16).clamp(1, 65535);
-        let mut params = [0u32; PARAMS];
-        params[0] = vec4s;
-        params[1] = groups * 256;
-        let ubuf = self.buffer_init(
-            "bw-params",
-            bytemuck::cast_slice(&params),
-            wgpu::BufferUsages::UNIFORM,
-        )?;
-        let bg = self
-            .gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("bandwidth"),
-                layout: &pipe.layout,
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: ubuf.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: a.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: b.as_entire_binding(),
-                    },
-                ],
-            });
+        let BulkCopy {
+            pipeline: pipe,
+            group: bg,
+            workgroups: groups,
+        } = self.bulk_copy("bandwidth", n)?;
         let mut best = f64::MAX;
         for _ in 0..5 {
             let mut enc = self.gpu.device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipe.pipeline);
+                pass.set_pipeline(&pipe);
                 pass.set_bind_group(0, &bg, &[]);
                 for _ in 0..REPS {
                     pass.dispatch_workgroups(groups, 1, 1);

@@ -29,171 +29,98 @@ struct Case {
     evict_mib: u32,
 }
 
+/// One workgroup of 64 threads, chained: the probe every other case varies one thing of.
+const ONE: Case = Case {
+    name: "1 workgroup, chained",
+    wg: 64,
+    groups: 1,
+    two_pipes: false,
+    extra: false,
+    chain: true,
+    smem: false,
+    big: false,
+    evict_mib: 0,
+};
+
 const CASES: &[Case] = &[
-    Case {
-        name: "1 workgroup, chained",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
-    },
+    ONE,
     Case {
         name: "1 workgroup, independent outputs",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
-        extra: false,
         chain: false,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1 workgroup, chained, 2 pipelines alternating",
-        wg: 64,
-        groups: 1,
         two_pipes: true,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1 workgroup, chained, 10 bindings",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
         extra: true,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "132 x 256 threads, chained",
         wg: 256,
         groups: 132,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1280 x 64 threads, chained",
-        wg: 64,
         groups: 1280,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1088 x 256 threads, chained",
         wg: 256,
         groups: 1088,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "8704 x 32 threads, chained",
         wg: 32,
         groups: 8704,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1 workgroup, chained, 2 pipelines, one with 16 KiB shared",
-        wg: 64,
-        groups: 1,
         two_pipes: true,
-        extra: false,
-        chain: true,
         smem: true,
-        big: false,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1 workgroup, chained, after a 256 MiB copy each",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
         evict_mib: 256,
+        ..ONE
     },
     Case {
         name: "1 workgroup, chained, 2 pipelines, after a 256 MiB copy each",
-        wg: 64,
-        groups: 1,
         two_pipes: true,
-        extra: false,
-        chain: true,
-        smem: false,
-        big: false,
         evict_mib: 256,
+        ..ONE
     },
     Case {
         name: "1 workgroup, 16 KiB of code, chained",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
         big: true,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1 workgroup, 16 KiB of code, chained, 2 pipelines",
-        wg: 64,
-        groups: 1,
         two_pipes: true,
-        extra: false,
-        chain: true,
-        smem: false,
         big: true,
-        evict_mib: 0,
+        ..ONE
     },
     Case {
         name: "1 workgroup, 16 KiB of code, chained, after a 256 MiB copy each",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
-        extra: false,
-        chain: true,
-        smem: false,
         big: true,
         evict_mib: 256,
+        ..ONE
     },
     Case {
         name: "1 workgroup, 16 KiB of code, independent outputs",
-        wg: 64,
-        groups: 1,
-        two_pipes: false,
-        extra: false,
         chain: false,
-        smem: false,
         big: true,
-        evict_mib: 0,
+        ..ONE
     },
 ];
 
@@ -299,7 +226,7 @@ impl WgpuBackend {
             })
             .collect();
         let evict = if c.evict_mib > 0 {
-            Some(self.evict_copy(u64::from(c.evict_mib) << 20)?)
+            Some(self.bulk_copy("evict", u64::from(c.evict_mib) << 20)?)
         } else {
             None
         };
@@ -311,10 +238,10 @@ impl WgpuBackend {
                 {
                     let mut pass = enc.begin_compute_pass(&Default::default());
                     for (i, bg) in groups.iter().enumerate() {
-                        if let Some((pipe, bg, wgs)) = &evict {
-                            pass.set_pipeline(pipe);
-                            pass.set_bind_group(0, bg, &[]);
-                            pass.dispatch_workgroups(*wgs, 1, 1);
+                        if let Some(ev) = &evict {
+                            pass.set_pipeline(&ev.pipeline);
+                            pass.set_bind_group(0, &ev.group, &[]);
+                            pass.dispatch_workgroups(ev.workgroups, 1, 1);
                         }
                         if with_probe {
                             let p = i % pipes.len();
@@ -338,49 +265,5 @@ impl WgpuBackend {
         };
         let t = time(true)?;
         Ok(if evict.is_some() { t - time(false)? } else { t })
-    }
-
-    /// A bulk copy of `bytes` (`copy.wgsl` BULK) to run between probe dispatches: its
-    /// pipeline, bind group and workgroup count.
-    fn evict_copy(
-        &mut self,
-        bytes: u64,
-    ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup, u32), BackendError> {
-        let n = bytes.min(self.max_binding) / 16 * 16;
-        let src = self.buffer("evict-src", n, storage_usage());
-        let dst = self.buffer("evict-dst", n, storage_usage());
-        let pipe = self.pipe(&ShaderKey::new("copy").flag("BULK"))?;
-        let vec4s = u32::try_from(n / 16).map_err(|_| dev_err("evict buffer too large"))?;
-        let wgs = vec4s.div_ceil(256 * 16).clamp(1, 65535);
-        let mut p = [0u32; PARAMS];
-        p[0] = vec4s;
-        p[1] = wgs * 256;
-        let ubuf = self.buffer_init(
-            "evict-params",
-            bytemuck::cast_slice(&p),
-            wgpu::BufferUsages::UNIFORM,
-        )?;
-        let bg = self
-            .gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("evict"),
-                layout: &pipe.layout,
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: ubuf.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: src.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: dst.as_entire_binding(),
-                    },
-                ],
-            });
-        Ok((pipe.pipeline.clone(), bg, wgs))
     }
 }
