@@ -147,25 +147,25 @@ impl WgpuBackend {
     fn probe_case(&mut self, c: &Case, count: usize) -> Result<f64, BackendError> {
         let n = c.wg * c.groups;
         let bytes = u64::from(n) * 4;
-        let mut keys = vec![
-            ShaderKey::new("probe")
-                .c("WG", c.wg)
-                .flag_if(c.extra, "EXTRA")
-                .flag_if(c.big, "BIG"),
-        ];
-        if c.two_pipes {
-            // Half the workgroup size, twice the workgroups: the same n values.
-            keys.push(
-                ShaderKey::new("probe")
-                    .c("WG", c.wg / 2)
-                    .flag_if(c.extra, "EXTRA")
-                    .flag_if(c.smem, "SMEM")
-                    .flag_if(c.big, "BIG"),
-            );
-        }
-        let pipes = keys
+        // The pipelines' workgroup sizes: with two, the second has half the threads and twice
+        // the workgroups (the same n values).
+        let sizes: &[u32] = if c.two_pipes {
+            &[c.wg, c.wg / 2]
+        } else {
+            &[c.wg]
+        };
+        let pipes = sizes
             .iter()
-            .map(|k| self.pipe(k))
+            .enumerate()
+            .map(|(i, &wg)| {
+                self.pipe(
+                    &ShaderKey::new("probe")
+                        .c("WG", wg)
+                        .flag_if(c.extra, "EXTRA")
+                        .flag_if(c.smem && i == 1, "SMEM")
+                        .flag_if(c.big, "BIG"),
+                )
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let param_buf = |wg: u32| {
             let mut p = [0u32; PARAMS];
@@ -179,9 +179,9 @@ impl WgpuBackend {
                 wgpu::BufferUsages::UNIFORM,
             )
         };
-        let params = keys
+        let params = sizes
             .iter()
-            .map(|k| param_buf(k.consts[0].1))
+            .map(|&wg| param_buf(wg))
             .collect::<Result<Vec<_>, _>>()?;
         let a = self.buffer("probe-a", bytes, storage_usage());
         let b = self.buffer("probe-b", bytes, storage_usage());
@@ -247,7 +247,7 @@ impl WgpuBackend {
                             let p = i % pipes.len();
                             pass.set_pipeline(&pipes[p].pipeline);
                             pass.set_bind_group(0, bg, &[]);
-                            pass.dispatch_workgroups(n / keys[p].consts[0].1, 1, 1);
+                            pass.dispatch_workgroups(n / sizes[p], 1, 1);
                         }
                     }
                 }
