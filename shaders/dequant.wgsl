@@ -231,16 +231,19 @@ fn $F_kvb(n: u32) -> u32 {
     let w = select(select(0xbfad9881u, 0xf6eaddcfu, (n & 4u) != 0u), select(0x26190d01u, 0x71594535u, (n & 4u) != 0u), n >= 8u);
     return (w >> (8u * (n & 3u))) & 0xffu;
 }
+// Block `blk` of the row at byte `ro` (in the ggml layout) through the layout's `$F_hdr`
+// (words 0 and 1: d | scales_h << 16, scales_l), `$F_qs` (sub-block ib's 16 qs bytes) and
+// `$F_qw` (qs word w < 32).
 fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
-    let b = ro + (e >> 8u) * 136u;
+    let blk = e >> 8u;
     let i = e & 255u;
     let ib = i >> 5u;
     let j = i & 31u;
-    let d = $F_f16(b);
-    let lo = ($F_u8(b + 4u + (ib >> 1u)) >> (4u * (ib & 1u))) & 0xfu;
-    let hi = ($F_u16(b + 2u) >> (2u * ib)) & 3u;
-    let dl = d * f32(i32(lo | (hi << 4u)) - 32);
-    let q = $F_u32(b + 8u + 16u * ib + (j & 15u)) >> select(0u, 4u, j >= 16u);
+    let h = $F_hdr(ro, blk);
+    let lo = (h.y >> (4u * ib)) & 0xfu;
+    let hi = (h.x >> (16u + 2u * ib)) & 3u;
+    let dl = $F_h2f(h.x & 0xffffu) * f32(i32(lo | (hi << 4u)) - 32);
+    let q = $F_qw(ro, blk, 4u * ib + ((j & 15u) >> 2u)) >> select(0u, 4u, j >= 16u);
     return dl * vec4<f32>($F_KV[q & 0xfu], $F_KV[(q >> 8u) & 0xfu], $F_KV[(q >> 16u) & 0xfu], $F_KV[(q >> 24u) & 0xfu]);
 }
 const $F_SUB: u32 = 32u;
@@ -255,22 +258,53 @@ fn $F_init(tid: u32) {
 fn $F_kv4(q: u32) -> vec4<f32> {
     return vec4<f32>($F_KT[q & 0xfu], $F_KT[(q >> 8u) & 0xfu], $F_KT[(q >> 16u) & 0xfu], $F_KT[(q >> 24u) & 0xfu]);
 }
-// Sub-block `s & 7` of block `s >> 3`: the header word pair, then its 16 qs bytes (4 words;
-// blocks are 8-byte aligned). Byte j holds element j (low nibble) and j + 16 (high).
+// Sub-block `s & 7` of block `s >> 3`. Byte j of its qs holds element j (low nibble) and
+// j + 16 (high).
 fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
-    let b = (ro >> 2u) + (s >> 3u) * 34u;
     let ib = s & 7u;
-    let h = $W[b];
-    let ls = ($W[b + 1u] >> (4u * ib)) & 0xfu;
-    let hs = (h >> (16u + 2u * ib)) & 3u;
-    let dl = $F_h2f(h & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
-    let q0 = b + 2u + 4u * ib;
+    let h = $F_hdr(ro, s >> 3u);
+    let ls = (h.y >> (4u * ib)) & 0xfu;
+    let hs = (h.x >> (16u + 2u * ib)) & 3u;
+    let dl = $F_h2f(h.x & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
+    let q = $F_qs(ro, s >> 3u, ib);
     for (var i = 0u; i < 4u; i++) {
-        let q = $W[q0 + i];
-        (*v)[i] = $F_kv4(q);
-        (*v)[i + 4u] = $F_kv4(q >> 4u);
+        (*v)[i] = $F_kv4(q[i]);
+        (*v)[i + 4u] = $F_kv4(q[i] >> 4u);
     }
     return dl;
+}
+
+//! IQ4_XS ggml
+// ggml's block layout: 136 bytes (d, scales_h, scales_l, 128 qs bytes), 8-byte aligned.
+fn $F_hdr(ro: u32, blk: u32) -> vec2<u32> {
+    let b = (ro >> 2u) + blk * 34u;
+    return vec2<u32>($W[b], $W[b + 1u]);
+}
+fn $F_qs(ro: u32, blk: u32, ib: u32) -> vec4<u32> {
+    let q0 = (ro >> 2u) + blk * 34u + 2u + 4u * ib;
+    return vec4<u32>($W[q0], $W[q0 + 1u], $W[q0 + 2u], $W[q0 + 3u]);
+}
+fn $F_qw(ro: u32, blk: u32, w: u32) -> u32 {
+    return $W[(ro >> 2u) + blk * 34u + 2u + w];
+}
+
+//! IQ4_XS pairs
+// Blocks re-laid at upload in pairs (`relayout::iq4_xs_pairs`): 272 bytes [h0 l0 h1 l1]
+// [qs0][qs1], the buffer bound as vec4s. A warp's qs reads are then one 16-byte load a lane,
+// contiguous across lanes, where the ggml layout needs four word loads at a 16-byte stride.
+// Block g of the buffer: `ro` still counts ggml bytes, whole 136-byte blocks a row.
+fn $F_hdr(ro: u32, blk: u32) -> vec2<u32> {
+    let g = ro / 136u + blk;
+    let v = $W[(g >> 1u) * 17u];
+    return select(v.xy, v.zw, (g & 1u) != 0u);
+}
+fn $F_qs(ro: u32, blk: u32, ib: u32) -> vec4<u32> {
+    let g = ro / 136u + blk;
+    return $W[(g >> 1u) * 17u + 1u + 8u * (g & 1u) + ib];
+}
+fn $F_qw(ro: u32, blk: u32, w: u32) -> u32 {
+    let g = ro / 136u + blk;
+    return $W[(g >> 1u) * 17u + 1u + 8u * (g & 1u) + (w >> 2u)][w & 3u];
 }
 
 //! Q4_K
@@ -403,15 +437,12 @@ fn $F_kb4(q: u32) -> u32 {
     return $F_KB[q & 0xfu] | $F_KB[16u + ((q >> 8u) & 0xfu)] | $F_KB[32u + ((q >> 16u) & 0xfu)] | $F_KB[48u + ((q >> 24u) & 0xfu)];
 }
 fn $F_qitem(ro: u32, s: u32) -> QItem {
-    let b = (ro >> 2u) + (s >> 3u) * 34u;
     let ib = s & 7u;
-    let q0 = b + 2u + 4u * ib;
-    let h = $W[b];
-    let l = $W[b + 1u];
-    let q = vec4<u32>($W[q0], $W[q0 + 1u], $W[q0 + 2u], $W[q0 + 3u]);
-    let ls = (l >> (4u * ib)) & 0xfu;
-    let hs = (h >> (16u + 2u * ib)) & 3u;
-    let dl = $F_h2f(h & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
+    let h = $F_hdr(ro, s >> 3u);
+    let q = $F_qs(ro, s >> 3u, ib);
+    let ls = (h.y >> (4u * ib)) & 0xfu;
+    let hs = (h.x >> (16u + 2u * ib)) & 3u;
+    let dl = $F_h2f(h.x & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
     let lo = vec4<u32>($F_kb4(q.x), $F_kb4(q.y), $F_kb4(q.z), $F_kb4(q.w));
     let hi = vec4<u32>($F_kb4(q.x >> 4u), $F_kb4(q.y >> 4u), $F_kb4(q.z >> 4u), $F_kb4(q.w >> 4u));
     return QItem(lo, hi, vec3<f32>(dl, dl, 0.0));

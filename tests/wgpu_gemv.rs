@@ -437,3 +437,78 @@ fn norm_rows_do_not_depend_on_the_row_count() {
         }
     }
 }
+
+/// Every kind of kernel that reads IQ4_XS weights: an embedding, a norm weight, GEMVs at
+/// decode and verify widths (17: the tiled kernel without int8 activations), fused
+/// projection segments and a gate/up/down SwiGLU. Block counts are odd (a lone last block in
+/// the pair layout) and even.
+fn iq4_reader_case() -> Case {
+    let t = DType::Iq4Xs;
+    let mut b = B::new(1234);
+    let table = b.weight("table", t, &[7, 256 * 3], 0.5, 0.0);
+    let ids = b.input_i32("ids", vec![6, 0, 3]);
+    let e = b.b.embed(table, ids).unwrap();
+    b.out("embed", e);
+    let wn = b.weight("norm", t, &[256 * 3], 0.5, 1.0);
+    let y = b.b.rms_norm(e, wn, 1e-6).unwrap();
+    b.out("norm", y);
+    let w = b.weight("w", t, &[13, 256 * 17], 0.5, 0.0);
+    for n in [1usize, 3, 17] {
+        let x = b.input(&format!("x{n}"), &[n, 256 * 17], 1.0);
+        let y = b.b.matmul(x, w).unwrap();
+        b.out(&format!("y{n}"), y);
+    }
+    let (d, ff) = (512, 256);
+    for n in [1usize, 3] {
+        let x = b.input(&format!("s{n}"), &[n, d], 1.0);
+        for (name, rows) in [("qkv", 40), ("z", 24), ("beta", 3)] {
+            let name = format!("{name}{n}");
+            let w = b.weight(&name, t, &[rows, d], 0.5, 0.0);
+            let y = b.b.matmul(x, w).unwrap();
+            b.out(&name, y);
+        }
+        let wg = b.weight(&format!("gate{n}"), t, &[ff, d], 0.5, 0.0);
+        let wu = b.weight(&format!("up{n}"), t, &[ff, d], 0.5, 0.0);
+        let wd = b.weight(&format!("down{n}"), t, &[d, ff], 0.5, 0.0);
+        let gt = b.b.matmul(x, wg).unwrap();
+        let up = b.b.matmul(x, wu).unwrap();
+        let s = b.b.swiglu(gt, up).unwrap();
+        let y = b.b.matmul(s, wd).unwrap();
+        b.out(&format!("ffn{n}"), y);
+    }
+    b.case()
+}
+
+#[test]
+fn iq4_pair_layout_matches_the_ggml_layout_bit_for_bit() {
+    // The pair layout moves bytes, not arithmetic: every output equals the ggml layout's bit
+    // for bit, with f32 and int8 activations, with subgroups and without. (The ggml layout is
+    // checked against the CPU reference by the tests above.)
+    let c = iq4_reader_case();
+    for int8 in [false, true] {
+        for no_sg in [false, true] {
+            let opts = |pairs| WgpuOptions {
+                no_subgroups: no_sg,
+                int8_matmul: Some(int8),
+                iq4_pairs: Some(pairs),
+                ..Default::default()
+            };
+            let (Some(mut pairs), Some(mut ggml)) = (gpu_with(opts(true)), gpu_with(opts(false)))
+            else {
+                return;
+            };
+            assert!(pairs.name().contains("IQ4_XS pairs"), "{}", pairs.name());
+            let ctx = format!("int8 {int8}, no subgroups {no_sg}");
+            let got = run_on(&mut pairs, &c, 2).0;
+            let want = run_on(&mut ggml, &c, 1).0;
+            for run in &got {
+                for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
+                    let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
+                    assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
+                    let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{ctx} {name}: the pair layout differs");
+                }
+            }
+        }
+    }
+}

@@ -112,6 +112,8 @@ pub struct Caps {
     /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
     /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
     pub norm_q8: bool,
+    /// IQ4_XS weights are in the pair layout: their kernels take the `IQ4P` flag.
+    pub iq4_pairs: bool,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -134,6 +136,7 @@ pub(super) struct Ctx<'g> {
     pub subgroup_min: u32,
     pub int8: bool,
     norm_q8: bool,
+    iq4_pairs: bool,
     pub q8: Option<Q8Buf>,
     /// A second pair of int8 buffers, written by GEMVs that quantize their own output (QOUT)
     /// while they read their input from the first pair.
@@ -292,6 +295,11 @@ impl Ctx<'_> {
         binds: Vec<Res>,
         groups: [u32; 3],
     ) {
+        let key = if self.iq4_pairs {
+            shaders::with_vec4_layouts(key)
+        } else {
+            key
+        };
         self.out.steps.push(Step {
             label: self.label.clone(),
             key,
@@ -864,6 +872,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
         norm_q8: caps.int8 && caps.norm_q8,
+        iq4_pairs: caps.iq4_pairs,
         q8: None,
         q8_out: None,
         qout_scratch: None,

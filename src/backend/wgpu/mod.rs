@@ -13,6 +13,7 @@ pub(crate) mod fuse;
 pub mod lower;
 mod matmul;
 mod probe;
+mod relayout;
 pub mod shaders;
 mod timing;
 
@@ -63,9 +64,20 @@ pub struct WgpuOptions {
     /// activations themselves (no quantize dispatch). `None`: on unless
     /// `DELTASPEC_WGPU_NORM_Q8=0`.
     pub norm_q8: Option<bool>,
+    /// IQ4_XS weights re-laid at upload in block pairs read with 16-byte loads
+    /// ([`relayout::iq4_xs_pairs`]). `None`: on if `DELTASPEC_WGPU_IQ4_LAYOUT=pairs`. Off by
+    /// default until measured on a GPU.
+    pub iq4_pairs: Option<bool>,
 }
 
 impl WgpuOptions {
+    /// Whether IQ4_XS weights take the pair layout (the option, else the environment).
+    pub fn iq4_pairs(&self) -> bool {
+        self.iq4_pairs.unwrap_or_else(|| {
+            std::env::var("DELTASPEC_WGPU_IQ4_LAYOUT").is_ok_and(|v| v == "pairs")
+        })
+    }
+
     /// Whether matmuls use int8 activations (the option, else the environment).
     pub fn int8(&self) -> bool {
         self.int8_matmul.unwrap_or_else(|| {
@@ -143,6 +155,9 @@ pub struct WgpuBackend {
     opts: WgpuOptions,
     /// The largest storage binding (slots, states).
     max_binding: u64,
+    /// IQ4_XS weights are uploaded in the pair layout (fixed at construction: uploaded weights
+    /// and compiled kernels must agree).
+    iq4_pairs: bool,
     /// The largest weight part.
     max_weight_binding: u64,
     pipes: HashMap<ShaderKey, Arc<Pipe>>,
@@ -199,6 +214,7 @@ impl WgpuBackend {
             .max(256);
         Ok(WgpuBackend {
             gpu,
+            iq4_pairs: opts.iq4_pairs(),
             opts,
             max_binding: dev_max,
             max_weight_binding,
@@ -603,7 +619,8 @@ impl Backend for WgpuBackend {
     fn name(&self) -> String {
         // The matmul activations too: benchmark reports must say which path they measured.
         let mm = if self.opts.int8() { "int8" } else { "f32" };
-        format!("wgpu ({}, {mm} activations)", self.gpu.info.name)
+        let iq4 = if self.iq4_pairs { ", IQ4_XS pairs" } else { "" };
+        format!("wgpu ({}, {mm} activations{iq4})", self.gpu.info.name)
     }
 
     fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {
@@ -625,8 +642,22 @@ impl Backend for WgpuBackend {
             let mut gparts = Vec::new();
             for (first, n) in parts {
                 let data = &bytes[first * rb..(first + n) * rb];
+                // Parts are whole rows, so whole blocks; split_rows left room for the 8 bytes
+                // an odd block count adds.
+                let laid = match t.dtype {
+                    DType::Iq4Xs if self.iq4_pairs => {
+                        Some(relayout::iq4_xs_pairs(data).ok_or_else(|| {
+                            dev_err(format!("weight {name}: partial IQ4_XS blocks"))
+                        })?)
+                    }
+                    _ => None,
+                };
                 gparts.push(WeightPart {
-                    buf: self.buffer_init(name, data, storage_usage())?,
+                    buf: self.buffer_init(
+                        name,
+                        laid.as_deref().unwrap_or(data),
+                        storage_usage(),
+                    )?,
                 });
             }
             set.insert(
@@ -782,6 +813,7 @@ impl Backend for WgpuBackend {
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
+            iq4_pairs: self.iq4_pairs,
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

@@ -159,6 +159,61 @@ fn dequant_section(name: &str) -> Option<&'static str> {
     Some(&rest[..end])
 }
 
+/// Weight layouts other than ggml's, each chosen for a key by a flag (a backend re-lays the
+/// type's tensors at upload when it sets it): (type, flag, the section replacing the type's
+/// ggml layout section "<type> ggml"). Their buffers are bound as `array<vec4<u32>>`, so 16-byte
+/// loads are plain loads.
+pub const VEC4_LAYOUTS: &[(DType, &str, &str)] = &[(DType::Iq4Xs, "IQ4P", "IQ4_XS pairs")];
+
+/// `key` with the flag of every vec4 layout whose type it decodes (a backend whose weights
+/// are all re-laid).
+pub fn with_vec4_layouts(mut key: ShaderKey) -> ShaderKey {
+    for (t, flag, _) in VEC4_LAYOUTS {
+        if key.dequant.iter().any(|d| d.1 == *t) && !key.flags.contains(flag) {
+            key.flags.push(flag);
+        }
+    }
+    key
+}
+
+/// The vec4 layout section of `t` in `key`, if its flag is set.
+fn vec4_layout(key: &ShaderKey, t: DType) -> Option<&'static str> {
+    VEC4_LAYOUTS
+        .iter()
+        .find(|(lt, flag, _)| *lt == t && key.flags.contains(flag))
+        .map(|l| l.2)
+}
+
+/// `text` with every word read `$W[i]` turned into `$F_w(i)` (brackets matched), for a buffer
+/// bound as vec4s.
+fn words_via_fn(text: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len() + 256);
+    let mut rest = text;
+    while let Some(at) = rest.find("$W[") {
+        out.push_str(&rest[..at]);
+        out.push_str("$F_w(");
+        let tail = &rest[at + 3..];
+        let mut depth = 1;
+        let end = tail
+            .char_indices()
+            .find(|&(_, c)| {
+                depth += match c {
+                    '[' => 1,
+                    ']' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })
+            .map(|(i, _)| i)
+            .ok_or("dequant.wgsl: unmatched '[' after $W")?;
+        out.push_str(&tail[..end]);
+        out.push(')');
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// The int8 work item of type `t` (section "<type> q8") for `buffer`.
 fn splice_dequant8(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
     if !INT8_TYPES.contains(&t) {
@@ -170,13 +225,35 @@ fn splice_dequant8(buffer: &str, t: DType, out: &mut String) -> Result<(), Strin
     Ok(())
 }
 
-fn splice_dequant(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
+/// The decoder of type `t` for `buffer`: the byte helpers, the type's section, its layout
+/// section (ggml's, or `vec4`'s, which reads the buffer as vec4s) and, for types without a
+/// fast item, the 4-element item.
+fn splice_dequant(
+    buffer: &str,
+    t: DType,
+    vec4: Option<&str>,
+    out: &mut String,
+) -> Result<(), String> {
     if !WEIGHT_TYPES.contains(&t) {
         return Err(format!("no WGSL decoder for {t}"));
     }
     let bytes = dequant_section("bytes").ok_or("dequant.wgsl lacks the bytes section")?;
+    let bytes = match vec4 {
+        Some(_) => format!(
+            "fn $F_w(i: u32) -> u32 {{\n    return $W[i >> 2u][i & 3u];\n}}\n{}",
+            words_via_fn(bytes)?
+        ),
+        None => bytes.to_string(),
+    };
     let body = dequant_section(t.name()).ok_or_else(|| format!("dequant.wgsl lacks {t}"))?;
-    let mut parts = vec![bytes, body];
+    let mut parts = vec![bytes.as_str(), body];
+    let ggml = format!("{} ggml", t.name());
+    match vec4 {
+        Some(name) => {
+            parts.push(dequant_section(name).ok_or_else(|| format!("dequant.wgsl lacks '{name}'"))?)
+        }
+        None => parts.extend(dequant_section(&ggml)),
+    }
     if !body.contains("$F_item(") {
         parts.push(dequant_section("item4").ok_or("dequant.wgsl lacks the item4 section")?);
     }
@@ -248,7 +325,7 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                 if int8 {
                     splice_dequant8(buf, *ty, &mut out)?;
                 } else {
-                    splice_dequant(buf, *ty, &mut out)?;
+                    splice_dequant(buf, *ty, vec4_layout(key, *ty), &mut out)?;
                 }
             }
         } else if let Some(name) = t.strip_prefix("//#include ") {
@@ -261,12 +338,20 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                 out.push_str(text);
             }
         } else if active(&stack) {
+            let mut line = line.to_string();
             if line.contains("@binding(#)") {
                 binding += 1;
-                out.push_str(&line.replace("@binding(#)", &format!("@binding({binding})")));
-            } else {
-                out.push_str(line);
+                line = line.replace("@binding(#)", &format!("@binding({binding})"));
             }
+            // A weight in a vec4 layout is bound as vec4s.
+            if line.contains("@binding(")
+                && key.dequant.iter().any(|(b, t)| {
+                    vec4_layout(key, *t).is_some() && line.contains(&format!(" {b}: array<u32>;"))
+                })
+            {
+                line = line.replace(": array<u32>;", ": array<vec4<u32>>;");
+            }
+            out.push_str(&line);
             out.push('\n');
         }
     }
@@ -650,6 +735,17 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
             .dq("B", DType::F32),
     );
     v.push(ShaderKey::new("dflash2").entry("walk").flag("WALK"));
+    // Every weight kernel again in the vec4 layouts of its types.
+    let laid: Vec<ShaderKey> = v
+        .iter()
+        .map(|k| with_vec4_layouts(k.clone()))
+        .filter(|k| {
+            k.flags
+                .iter()
+                .any(|f| VEC4_LAYOUTS.iter().any(|l| l.1 == *f))
+        })
+        .collect();
+    v.extend(laid);
     for hd in [16, 64, 100, 256] {
         for fin in [false, true] {
             for e in ["write_kv", "attn", "combine"] {
@@ -908,5 +1004,21 @@ mod tests {
             // Every int8 type has 32-value items (one activation block each).
             assert_eq!(item_elems(*t), 32, "{t}");
         }
+        for (t, _, name) in VEC4_LAYOUTS {
+            assert!(dequant_section(name).is_some(), "{name}");
+            assert!(
+                dequant_section(&format!("{} ggml", t.name())).is_some(),
+                "{t}: a vec4 layout replaces the type's ggml layout section"
+            );
+        }
+    }
+
+    #[test]
+    fn word_reads_become_calls_with_nested_brackets() {
+        assert_eq!(
+            words_via_fn("a = $W[i[j] + 1u] | $W[k];").unwrap(),
+            "a = $F_w(i[j] + 1u) | $F_w(k);"
+        );
+        assert!(words_via_fn("$W[i").is_err());
     }
 }
