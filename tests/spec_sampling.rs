@@ -1,6 +1,6 @@
-//! Sampling: plain temperature/top-p sampling and lossless speculative sampling follow the
-//! target's distribution (chi-square over many draws on a tiny model); a drafter that lies
-//! about its distribution is caught by the same test.
+//! Sampling: plain temperature/top-p sampling and lossless speculative sampling (chain and
+//! tree) follow the target's distribution (chi-square over many draws on a tiny model); a
+//! drafter that lies about its distribution is caught by the same test.
 
 mod common;
 
@@ -9,7 +9,8 @@ use deltaspec::backend;
 use deltaspec::model::qwen35::{GraphOptions, LogitRows};
 use deltaspec::model::{Qwen35, Session};
 use deltaspec::spec::sample::generate_sampled;
-use deltaspec::spec::testing::MixtureDrafter;
+use deltaspec::spec::testing::{Corrupt, InjectedDrafter, MixtureDrafter};
+use deltaspec::spec::tree::tree_round_with;
 use deltaspec::spec::{
     Accept, Rollback, RollbackMode, Sampling, SpecConfig, SpecMode, chain_round_with,
     generate_spec, prefill,
@@ -149,30 +150,35 @@ fn speculative_pairs(
     (obs, accepted)
 }
 
-#[test]
-fn speculative_sampling_matches_plain_sampling() {
-    let m = model();
-    let prompt = [17u32, 240, 3, 99, 64];
+/// After the root (the greedy token after `prompt`): the distribution of the next token x1
+/// and the exact joint of (x1, x2), p(x1) · p(x2 | x1).
+fn pair_dist(m: &Qwen35, prompt: &[u32]) -> (Vec<f32>, HashMap<(u32, u32), f64>) {
     let mut gbe = backend::create("cpu").unwrap();
-    let mut g = Session::new(&m, gbe.as_mut(), prompt.len() + 1).unwrap();
-    let root = g.generate_greedy(&prompt, 1, 512, None, |_| {}).unwrap()[0];
-
-    // Exact joint of the two tokens after the root: p(x1) · p(x2 | x1).
+    let mut g = Session::new(m, gbe.as_mut(), prompt.len() + 1).unwrap();
+    let root = g.generate_greedy(prompt, 1, 512, None, |_| {}).unwrap()[0];
     let mut ctx = prompt.to_vec();
     ctx.push(root);
-    let p1 = next_dist(&m, &ctx);
+    let p1 = next_dist(m, &ctx);
     let mut exp = HashMap::new();
     for (x1, &a) in p1.iter().enumerate() {
         if a > 0.0 {
             let mut c2 = ctx.clone();
             c2.push(x1 as u32);
-            for (x2, &b) in next_dist(&m, &c2).iter().enumerate() {
+            for (x2, &b) in next_dist(m, &c2).iter().enumerate() {
                 if b > 0.0 {
                     exp.insert((x1 as u32, x2 as u32), a as f64 * b as f64);
                 }
             }
         }
     }
+    (p1, exp)
+}
+
+#[test]
+fn speculative_sampling_matches_plain_sampling() {
+    let m = model();
+    let prompt = [17u32, 240, 3, 99, 64];
+    let (p1, exp) = pair_dist(&m, &prompt);
 
     eprintln!(
         "support p1 {} joint {}",
@@ -205,6 +211,68 @@ fn speculative_sampling_matches_plain_sampling() {
         stat > 2.0 * crit
     });
     assert!(caught, "a drafter that misreports q was not caught");
+}
+
+/// Draws `(x1, x2)` after a fixed root with tree rounds of speculative sampling (depth 2,
+/// budget 4). The drafter's chain token at depth 1 is wrong and the greedy token is its
+/// sibling, so rounds reject a child and accept a later one. Returns the draws and the
+/// accepted drafts per first round.
+fn tree_pairs(m: &Qwen35, prompt: &[u32], n: usize) -> (HashMap<(u32, u32), usize>, [usize; 3]) {
+    let vocab = m.cfg.vocab;
+    let mut gbe = backend::create("cpu").unwrap();
+    let mut g = Session::new(m, gbe.as_mut(), prompt.len() + 4).unwrap();
+    let cont = g.generate_greedy(prompt, 4, 512, None, |_| {}).unwrap();
+
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(m, be.as_mut(), prompt.len() + 8).unwrap();
+    s.reserve_tree_rows(5).unwrap();
+    let empty = s.snapshot().unwrap();
+    let mut rng = Rng::new(43);
+    let mut obs = HashMap::new();
+    let mut accepted = [0usize; 3];
+    for _ in 0..n {
+        s.restore(&empty).unwrap();
+        let mut d = InjectedDrafter::new(prompt.len(), cont.clone(), vocab, 2, Corrupt::At(0));
+        let root = prefill(&mut s, &mut d, prompt, 512).unwrap();
+        assert_eq!(root, cont[0]);
+        let mut acc = Accept::Sample {
+            sampling: SAMPLING,
+            rng: &mut rng,
+        };
+        let r = tree_round_with(&mut s, &mut d, root, 2, 4, &mut acc).unwrap();
+        accepted[r.accepted] += 1;
+        let mut e = r.emitted;
+        if e.len() < 2 {
+            let r2 = tree_round_with(&mut s, &mut d, e[0], 2, 4, &mut acc).unwrap();
+            e.push(r2.emitted[0]);
+        }
+        *obs.entry((e[0], e[1])).or_insert(0) += 1;
+    }
+    (obs, accepted)
+}
+
+#[test]
+fn tree_speculative_sampling_matches_plain_sampling() {
+    let m = model();
+    let prompt = [17u32, 240, 3, 99, 64];
+    let (_, exp) = pair_dist(&m, &prompt);
+    let n = 1200;
+    let (obs, accepted) = tree_pairs(&m, &prompt, n);
+    eprintln!("accepted drafts per first round: {accepted:?}");
+    // Rounds that accepted nothing and rounds that accepted a sibling of the rejected chain
+    // token both ran.
+    assert!(
+        accepted[0] > 50 && accepted[1] + accepted[2] > 50,
+        "accepted counts {accepted:?}"
+    );
+    for (what, o, e) in views(&obs, &exp) {
+        let (stat, crit, bins) = chi_square(&o, &e, n);
+        eprintln!("tree, {what}: chi2 {stat:.1} (critical {crit:.1}, {bins} bins)");
+        assert!(
+            stat < crit,
+            "tree, {what}: chi2 {stat:.1} ≥ {crit:.1} over {bins} bins"
+        );
+    }
 }
 
 type Views = Vec<(

@@ -275,22 +275,48 @@ fn tree_speculation_is_lossless_on_wgpu() {
 }
 
 #[test]
-fn tree_with_sampling_is_refused() {
+fn tree_with_sampling_is_seeded_and_stays_in_the_nucleus() {
+    // The distribution itself is checked in tests/spec_sampling.rs; here the loop: n tokens,
+    // the same seed gives the same tokens, and with top-p every token comes from the nucleus
+    // of the target after the tokens before it.
     let m = load("tiny-a");
-    let mut be = backend::create("cpu").unwrap();
-    let mut s = Session::new(&m, be.as_mut(), 32).unwrap();
-    let mut d = RandomDrafter::new(1, m.cfg.vocab, 3);
-    let cfg = SpecConfig {
-        n: 4,
-        mode: SpecMode::Tree { budget: 4 },
-        sampling: deltaspec::spec::Sampling {
-            temperature: 0.8,
-            top_p: 1.0,
-        },
-        ..Default::default()
+    let prompt = [1u32, 2, 3];
+    let n = 12;
+    let sampling = deltaspec::spec::Sampling {
+        temperature: 0.8,
+        top_p: 0.5,
     };
-    let e = generate_spec(&mut s, &mut d, &[1, 2, 3], &cfg, |_| {}, |_| {}).unwrap_err();
-    assert!(e.to_string().contains("greedy only"), "{e}");
+    let run = |seed: u64| {
+        let mut be = backend::create("cpu").unwrap();
+        let mut s = Session::new(&m, be.as_mut(), prompt.len() + n).unwrap();
+        let mut d = RandomDrafter::new(1, m.cfg.vocab, 3);
+        let cfg = SpecConfig {
+            n,
+            mode: SpecMode::Tree { budget: 4 },
+            sampling,
+            seed,
+            ..Default::default()
+        };
+        generate_spec(&mut s, &mut d, &prompt, &cfg, |_| {}, |_| {})
+            .unwrap()
+            .tokens
+    };
+    let a = run(7);
+    assert_eq!(a.len(), n);
+    assert_eq!(a, run(7), "same seed, same tokens");
+    let mut be = backend::create("cpu").unwrap();
+    let mut s = Session::new(&m, be.as_mut(), prompt.len() + n).unwrap();
+    let mut all = prompt.to_vec();
+    all.extend_from_slice(&a[..n - 1]);
+    let out = s.forward(&all, &all_logits()).unwrap();
+    let vocab = m.cfg.vocab;
+    for (i, &t) in a.iter().enumerate() {
+        let row = &out.logits[(prompt.len() - 1 + i) * vocab..][..vocab];
+        assert!(
+            sampling.probs(row)[t as usize] > 0.0,
+            "token {i} ({t}) is outside the nucleus"
+        );
+    }
 }
 
 fn deltaspec(args: &[&str]) -> std::process::Output {

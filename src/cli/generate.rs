@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Speculative decoding: off, chain (a chain round every step), tree (a DDTree round every
-    /// step, greedy only), or adaptive (the single-request policy turns speculation off when
+    /// step; with --temperature its children are tested one by one against the target), or adaptive (the single-request policy turns speculation off when
     /// it does not pay). Needs --draft.
     #[arg(long, default_value = "off", value_parser = ["off", "chain", "tree", "adaptive"])]
     pub spec: String,

@@ -22,7 +22,7 @@ pub enum SpecMode {
     /// The adaptive policy decides per step.
     Adaptive(PolicyConfig),
     /// A DDTree round every step ([`super::tree`]), with at most `budget` draft nodes
-    /// (greedy only).
+    /// (greedy, or lossless tree sampling at T > 0).
     Tree { budget: usize },
 }
 
@@ -305,11 +305,6 @@ pub fn generate_spec(
         _ => None,
     };
     match tree_budget {
-        Some(_) if !cfg.sampling.is_greedy() => {
-            return Err(SpecError::Unsupported(
-                "tree speculation is greedy only; use --spec chain with --temperature".into(),
-            ));
-        }
         // Every tree row needs a per-row state (and the root one more).
         Some(b) => s.reserve_tree_rows(b + 1)?,
         None => rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?,
@@ -356,21 +351,18 @@ pub fn generate_spec(
                 // for the whole burst.
                 pending.flush(s, drafter)?;
                 let flush_s = t.elapsed().as_secs_f64();
-                let r: ChainRound = match &mut sampler {
-                    None if tree_budget.is_some() => {
-                        let budget = tree_budget.unwrap_or(1);
-                        super::tree::tree_round(s, drafter, root, max, budget)?
+                let mut acc = match &mut sampler {
+                    None => Accept::Greedy,
+                    Some((sampling, rng)) => Accept::Sample {
+                        sampling: *sampling,
+                        rng,
+                    },
+                };
+                let r: ChainRound = match tree_budget {
+                    Some(budget) => {
+                        super::tree::tree_round_with(s, drafter, root, max, budget, &mut acc)?
                     }
-                    None => {
-                        chain_round_with(s, drafter, &mut rollback, root, max, &mut Accept::Greedy)?
-                    }
-                    Some((sampling, rng)) => {
-                        let mut acc = Accept::Sample {
-                            sampling: *sampling,
-                            rng,
-                        };
-                        chain_round_with(s, drafter, &mut rollback, root, max, &mut acc)?
-                    }
+                    None => chain_round_with(s, drafter, &mut rollback, root, max, &mut acc)?,
                 };
                 let total = t.elapsed().as_secs_f64();
                 // The burst's deferred commit is charged to this spec step, not spread over the

@@ -8,14 +8,19 @@
 //! verify     = Session::forward_tree: row i at position base + depth(i), attending to the
 //!              committed context and its ancestors; conv / DeltaNet continue from the parent
 //! accept     = walk from the root along the target's argmax through the children
+//!              (sampling, T > 0: at each node test the children one by one as point proposals
+//!              against the residual of the target's distribution, see `accept_sampled`)
 //! commit     = the path's K/V rows compacted to base .. base + a, the last row's DeltaNet state
 //! ```
-//! Greedy only: the accepted path is exactly what plain greedy decoding would produce.
+//! Greedy: the accepted path is exactly what plain greedy decoding would produce. Sampled: each
+//! emitted token is distributed exactly as plain sampling from the target would draw it.
 
-use super::chain::ChainRound;
+use super::chain::{Accept, ChainRound};
+use super::sample::draw;
 use super::{DraftRequest, Drafter, Features, Sampling, SpecError, env};
 use crate::model::Session;
 use crate::model::qwen35::{GraphOptions, LogitRows};
+use crate::util::rng::Rng;
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -45,6 +50,69 @@ impl DraftTree {
             match self.children(cur).find(|&c| self.tokens[c] == want) {
                 Some(c) => path.push(c),
                 None => return (path, want),
+            }
+        }
+    }
+
+    /// Lossless tree acceptance for sampling. `p` holds the target's distribution after every
+    /// row (`[rows, vocab]`, the sampling transform applied). At a node with distribution `r`
+    /// (initially `p` of the node), child `c` (token `t`) is accepted with probability
+    /// `r(t) / Σr`; a rejected child's token leaves `r` (`r(t) = 0`) and the next child is
+    /// tried. An accepted child becomes the node; when every child is rejected (or the node
+    /// has none), the bonus is drawn from `r`. The children are deterministic proposals (the
+    /// drafter's top-k), so this is sampling from `p` by testing candidates one at a time
+    /// (the chain rule of [`super::sample`] with one-hot q, widened to siblings): every
+    /// token `t` leaves the node with probability `p(t)`, whatever the tree holds. Returns
+    /// the accepted path of rows (root first) and the bonus.
+    pub fn accept_sampled(
+        &self,
+        p: &[f32],
+        vocab: usize,
+        rng: &mut Rng,
+    ) -> Result<(Vec<usize>, u32), SpecError> {
+        if p.len() != self.tokens.len() * vocab {
+            return Err(SpecError::Invalid(format!(
+                "tree accept: {} rows of vocab {vocab} need {} probabilities, got {}",
+                self.tokens.len(),
+                self.tokens.len() * vocab,
+                p.len()
+            )));
+        }
+        let mut path = vec![0];
+        loop {
+            let cur = *path.last().expect("non-empty");
+            let mut r = p[cur * vocab..(cur + 1) * vocab].to_vec();
+            let mut mass: f64 = r.iter().map(|&x| f64::from(x)).sum();
+            let mut next = None;
+            for c in self.children(cur) {
+                let t = self.tokens[c] as usize;
+                let Some(&pt) = r.get(t) else {
+                    return Err(SpecError::Invalid(format!(
+                        "tree row {c} holds token {t}, outside the vocabulary of {vocab}"
+                    )));
+                };
+                if pt > 0.0 && mass > 0.0 {
+                    let ratio = f64::from(pt) / mass;
+                    if ratio >= 1.0 || f64::from(rng.uniform()) < ratio {
+                        next = Some(c);
+                        break;
+                    }
+                }
+                mass -= f64::from(pt);
+                r[t] = 0.0;
+            }
+            match next {
+                Some(c) => path.push(c),
+                None => {
+                    // Every token of r was a rejected child only if p's whole mass was on
+                    // them, which the rejections rule out up to rounding: fall back to p.
+                    let bonus = if r.iter().any(|&x| x > 0.0) {
+                        draw(&r, rng)
+                    } else {
+                        draw(&p[cur * vocab..(cur + 1) * vocab], rng)
+                    };
+                    return Ok((path, bonus));
+                }
             }
         }
     }
@@ -159,6 +227,19 @@ pub fn tree_round(
     max_depth: usize,
     budget: usize,
 ) -> Result<ChainRound, SpecError> {
+    tree_round_with(s, drafter, root, max_depth, budget, &mut Accept::Greedy)
+}
+
+/// [`tree_round`] with a chosen accept rule: greedy ([`DraftTree::accept`]) or sampling
+/// ([`DraftTree::accept_sampled`]; the drafter still proposes its top-k, deterministically).
+pub fn tree_round_with(
+    s: &mut Session<'_>,
+    drafter: &mut dyn Drafter,
+    root: u32,
+    max_depth: usize,
+    budget: usize,
+    accept: &mut Accept<'_>,
+) -> Result<ChainRound, SpecError> {
     let (base, room) = super::chain::room(s)?;
     // Every row of the tree occupies a cache row during verify.
     let budget = budget.min(room - 1).min(s.tree_rows().saturating_sub(1));
@@ -180,16 +261,28 @@ pub fn tree_round(
         build_tree(root, &[], 0)
     };
     let t1 = Instant::now();
+    let sampled = matches!(accept, Accept::Sample { .. });
     let opts = GraphOptions {
         logits: LogitRows::All,
-        argmax: true,
+        argmax: !sampled,
         capture: layers.clone(),
-        // Tree acceptance is greedy: it reads only the argmax.
-        read_logits: false,
+        // Greedy acceptance reads only the argmax.
+        read_logits: sampled,
     };
     let out = s.forward_tree(&tree.tokens, &tree.parents, &opts)?;
     let t2 = Instant::now();
-    let (path, bonus) = tree.accept(&out.argmax);
+    let (path, bonus) = match accept {
+        Accept::Greedy => tree.accept(&out.argmax),
+        Accept::Sample { sampling, rng } => {
+            let vocab = s.model().cfg.vocab;
+            let p: Vec<f32> = out
+                .logits
+                .chunks(vocab)
+                .flat_map(|row| sampling.probs(row))
+                .collect();
+            tree.accept_sampled(&p, vocab, rng)?
+        }
+    };
     s.commit_tree(&path)?;
     let t3 = Instant::now();
 
@@ -273,5 +366,98 @@ mod tests {
         argmax[2] = 1;
         assert_eq!(t.accept(&argmax), (vec![0, 1, 2], 1));
         assert_eq!(build_tree(3, &[], 8).tokens, vec![3]);
+    }
+
+    /// Root 9 with children 1 (row 1, which has child 0: row 2) and 3 (row 3, a leaf).
+    fn small_tree() -> DraftTree {
+        DraftTree {
+            tokens: vec![9, 1, 0, 3],
+            parents: vec![-1, 0, 1, 0],
+        }
+    }
+
+    #[test]
+    fn sampled_accept_emits_what_the_target_would_sample() {
+        let t = small_tree();
+        let p: Vec<f32> = [
+            [0.1, 0.3, 0.2, 0.25, 0.15],
+            [0.4, 0.1, 0.2, 0.2, 0.1],
+            [0.2; 5],
+            [0.05, 0.05, 0.6, 0.1, 0.2],
+        ]
+        .concat();
+        let row = |r: usize| &p[r * 5..r * 5 + 5];
+        // Exact distribution of the emitted tokens (path tokens after the root, then the
+        // bonus): x1 ~ p(root); after a tree token, the next ~ p of its row.
+        let mut want = std::collections::HashMap::new();
+        for x1 in 0..5u32 {
+            let a = f64::from(row(0)[x1 as usize]);
+            let at = match x1 {
+                1 => Some(1),
+                3 => Some(3),
+                _ => None,
+            };
+            match at {
+                None => *want.entry(vec![x1]).or_insert(0.0) += a,
+                Some(r) => {
+                    for x2 in 0..5u32 {
+                        let b = a * f64::from(row(r)[x2 as usize]);
+                        if r == 1 && x2 == 0 {
+                            for x3 in 0..5u32 {
+                                *want.entry(vec![x1, x2, x3]).or_insert(0.0) +=
+                                    b * f64::from(row(2)[x3 as usize]);
+                            }
+                        } else {
+                            *want.entry(vec![x1, x2]).or_insert(0.0) += b;
+                        }
+                    }
+                }
+            }
+        }
+        let n = 200_000;
+        let mut rng = Rng::new(5);
+        let mut got = std::collections::HashMap::new();
+        for _ in 0..n {
+            let (path, bonus) = t.accept_sampled(&p, 5, &mut rng).unwrap();
+            let mut e: Vec<u32> = path[1..].iter().map(|&r| t.tokens[r]).collect();
+            e.push(bonus);
+            *got.entry(e).or_insert(0usize) += 1;
+        }
+        for k in got.keys() {
+            assert!(
+                want.contains_key(k),
+                "emitted {k:?}, which has probability 0"
+            );
+        }
+        for (k, &w) in &want {
+            let f = got.get(k).copied().unwrap_or(0) as f64 / n as f64;
+            // 5 standard deviations of a frequency estimate at most 0.0011.
+            assert!(
+                (f - w).abs() < 0.0056,
+                "{k:?}: frequency {f:.4}, probability {w:.4}"
+            );
+        }
+    }
+
+    #[test]
+    fn sampled_accept_with_one_hot_targets_is_the_greedy_walk() {
+        let t = small_tree();
+        let one_hot = |argmax: &[u32]| -> Vec<f32> {
+            argmax
+                .iter()
+                .flat_map(|&a| (0..5).map(move |i| if i == a { 1.0 } else { 0.0 }))
+                .collect()
+        };
+        let mut rng = Rng::new(1);
+        for argmax in [[1u32, 0, 4, 2], [3, 0, 0, 2], [4, 1, 1, 1], [1, 2, 0, 0]] {
+            let got = t.accept_sampled(&one_hot(&argmax), 5, &mut rng).unwrap();
+            assert_eq!(got, t.accept(&argmax), "argmax {argmax:?}");
+        }
+        assert!(t.accept_sampled(&[0.2; 5], 5, &mut rng).is_err());
+        let bad = DraftTree {
+            tokens: vec![0, 7],
+            parents: vec![-1, 0],
+        };
+        assert!(bad.accept_sampled(&[0.2; 10], 5, &mut rng).is_err());
     }
 }
