@@ -5,8 +5,8 @@
 #
 #   bash tools/device/ab_env.sh BIN MODEL.gguf "-" "DELTASPEC_HIP_NORM_Q8=gated" ...
 #
-# ROWS (default "1") lists the step widths to time (`bench decode --rows`; 1 row: -n 48, wider: -n 8);
-# REPEAT (default 3) the rounds. Use it for switches read at backend creation (DELTASPEC_HIP_*); a
+# ROWS (default "1") lists the step widths to time (`bench decode --rows`; 1 row: -n N, default 48,
+# wider: -n 8); REPEAT (default 3) the rounds; BACKEND (default hip:cuda) the backend, e.g. wgpu. Use it for switches read at backend creation (DELTASPEC_HIP_*); a
 # change that needs another build goes through tools/device/ab.sh instead. Session 13 measured the
 # 1-row defaults and DELTASPEC_HIP_QMMA_PERSIST / DELTASPEC_HIP_NORM_Q8 this way (docs/perf.md).
 set -u
@@ -15,15 +15,17 @@ model="$2"
 shift 2
 repeat="${REPEAT:-3}"
 rows="${ROWS:-1}"
+backend="${BACKEND:-hip:cuda}"
+n1="${N:-48}"
 for ((i = 0; i < repeat; i++)); do
     for cfg in "$@"; do
         settings=()
         [ "$cfg" != "-" ] && read -r -a settings <<<"$cfg"
         for r in $rows; do
-            n=48
+            n="$n1"
             [ "$r" != 1 ] && n=8
             env "${settings[@]}" timeout --kill-after=5 120 "$bin" bench decode --model "$model" \
-                --backend hip:cuda -n "$n" --rows "$r" --bw-mib 64 2>&1 |
+                --backend "$backend" -n "$n" --rows "$r" --bw-mib 64 2>&1 |
                 grep -E "decode:" | sed "s/^/[$cfg rows $r] /"
         done
     done
