@@ -151,24 +151,56 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
 }
 
 //! Q8_0
+// Block `blk` of the row at byte `ro` (in the ggml layout) through the layout's `$F_d` (the
+// scale's f16 bits), `$F_q8` (the 32 qs bytes as 8 words) and `$F_qw8` (qs word w < 8).
 fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
-    let b = ro + (e >> 5u) * 34u;
-    let d = $F_f16(b);
-    let q = bitcast<vec4<i32>>($F_bytes($F_u32(b + 2u + (e & 31u))) << vec4<u32>(24u)) >> vec4<u32>(24u);
+    let blk = e >> 5u;
+    let d = $F_h2f($F_d(ro, blk));
+    let q = bitcast<vec4<i32>>($F_bytes($F_qw8(ro, blk, (e & 31u) >> 2u)) << vec4<u32>(24u)) >> vec4<u32>(24u);
     return vec4<f32>(q) * d;
 }
 const $F_SUB: u32 = 32u;
 const $F_SUB4: u32 = 8u;
 fn $F_init(tid: u32) {}
-// One block: 9 word loads; the qs start at byte 2 of the block.
 fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
-    let o = ro + s * 34u;
-    let q = $F_win8(o + 2u);
+    let q = $F_q8(ro, s);
     for (var i = 0u; i < 8u; i++) {
         // The four bytes sign-extended by shifts.
-        (*v)[i] = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q[i]) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+        (*v)[i] = vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(q[i >> 2u][i & 3u]) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
     }
-    return $F_f16(o);
+    return $F_h2f($F_d(ro, s));
+}
+
+//! Q8_0 ggml
+// ggml's 34-byte blocks (f16 d, 32 qs bytes), 2-byte aligned: 9 word loads and a funnel shift.
+fn $F_d(ro: u32, blk: u32) -> u32 {
+    return $F_u16(ro + blk * 34u);
+}
+fn $F_q8(ro: u32, blk: u32) -> array<vec4<u32>, 2> {
+    return $F_win8v(ro + blk * 34u + 2u);
+}
+fn $F_qw8(ro: u32, blk: u32, w: u32) -> u32 {
+    return $F_u32(ro + blk * 34u + 2u + 4u * w);
+}
+
+//! Q8_0 groups
+// Blocks re-laid at upload in groups of 8 (`relayout::q8_0_groups`): 272 bytes [d0 … d7]
+// [qs0] … [qs7], the buffer bound as vec4s: a block's qs are two 16-byte loads, where the
+// ggml layout's 2-byte alignment needs nine word loads and funnel shifts. Block g of the
+// buffer: `ro` still counts ggml bytes, whole 34-byte blocks a row.
+fn $F_d(ro: u32, blk: u32) -> u32 {
+    let g = ro / 34u + blk;
+    let j = g & 7u;
+    return ($W[(g >> 3u) * 17u][j >> 1u] >> (16u * (j & 1u))) & 0xffffu;
+}
+fn $F_q8(ro: u32, blk: u32) -> array<vec4<u32>, 2> {
+    let g = ro / 34u + blk;
+    let q = (g >> 3u) * 17u + 1u + 2u * (g & 7u);
+    return array<vec4<u32>, 2>($W[q], $W[q + 1u]);
+}
+fn $F_qw8(ro: u32, blk: u32, w: u32) -> u32 {
+    let g = ro / 34u + blk;
+    return $W[(g >> 3u) * 17u + 1u + 2u * (g & 7u) + (w >> 2u)][w & 3u];
 }
 
 //! Q4_0
@@ -414,9 +446,8 @@ fn $F_item(ro: u32, s: u32, v: ptr<function, array<vec4<f32>, 8>>) -> f32 {
 //! Q8_0 q8
 fn $F_qinit(tid: u32) {}
 fn $F_qitem(ro: u32, s: u32) -> QItem {
-    let o = ro + s * 34u;
-    let w = $F_win8v(o + 2u);
-    let d = $F_f16(o);
+    let w = $F_q8(ro, s);
+    let d = $F_h2f($F_d(ro, s));
     return QItem(w[0], w[1], vec3<f32>(d, d, 0.0));
 }
 

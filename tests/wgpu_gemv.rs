@@ -438,23 +438,25 @@ fn norm_rows_do_not_depend_on_the_row_count() {
     }
 }
 
-/// Every kind of kernel that reads IQ4_XS weights: an embedding, a norm weight, GEMVs at
-/// decode and verify widths (17: the tiled kernel without int8 activations), fused
-/// projection segments and a gate/up/down SwiGLU. Block counts are odd (a lone last block in
-/// the pair layout) and even.
-fn iq4_reader_case() -> Case {
-    let t = DType::Iq4Xs;
+/// Every kind of kernel that reads weights of type `t` (IQ4_XS or Q8_0): an embedding, a norm
+/// weight, GEMVs at decode and verify widths (17: the tiled kernel without int8 activations),
+/// fused projection segments and a gate/up/down SwiGLU. Block counts per buffer are odd and
+/// not multiples of 8 (a lone IQ4_XS block, a short Q8_0 group) as well as whole pairs/groups.
+fn reader_case(t: DType) -> Case {
+    // Weight rows of 3 and 17 (IQ4_XS) or 3 and 45 (Q8_0) blocks.
+    let blk = t.block_elems();
+    let (ke, kg) = (blk * 3, if blk == 256 { blk * 17 } else { blk * 45 });
     let mut b = B::new(1234);
-    let table = b.weight("table", t, &[7, 256 * 3], 0.5, 0.0);
+    let table = b.weight("table", t, &[7, ke], 0.5, 0.0);
     let ids = b.input_i32("ids", vec![6, 0, 3]);
     let e = b.b.embed(table, ids).unwrap();
     b.out("embed", e);
-    let wn = b.weight("norm", t, &[256 * 3], 0.5, 1.0);
+    let wn = b.weight("norm", t, &[ke], 0.5, 1.0);
     let y = b.b.rms_norm(e, wn, 1e-6).unwrap();
     b.out("norm", y);
-    let w = b.weight("w", t, &[13, 256 * 17], 0.5, 0.0);
+    let w = b.weight("w", t, &[13, kg], 0.5, 0.0);
     for n in [1usize, 3, 17] {
-        let x = b.input(&format!("x{n}"), &[n, 256 * 17], 1.0);
+        let x = b.input(&format!("x{n}"), &[n, kg], 1.0);
         let y = b.b.matmul(x, w).unwrap();
         b.out(&format!("y{n}"), y);
     }
@@ -480,35 +482,52 @@ fn iq4_reader_case() -> Case {
 }
 
 #[test]
-fn iq4_pair_layout_matches_the_ggml_layout_bit_for_bit() {
-    // The pair layout moves bytes, not arithmetic: every output equals the ggml layout's bit
-    // for bit, with f32 and int8 activations, with subgroups and without. (The ggml layout is
+fn relaid_weights_match_the_ggml_layout_bit_for_bit() {
+    // A re-layout moves bytes, not arithmetic: every output equals the ggml layout's bit for
+    // bit, with f32 and int8 activations, with subgroups and without. (The ggml layout is
     // checked against the CPU reference by the tests above.)
-    let c = iq4_reader_case();
-    for int8 in [false, true] {
-        for no_sg in [false, true] {
-            let opts = |pairs| WgpuOptions {
-                no_subgroups: no_sg,
-                int8_matmul: Some(int8),
-                iq4_pairs: Some(pairs),
-                ..Default::default()
-            };
-            let (Some(mut pairs), Some(mut ggml)) = (gpu_with(opts(true)), gpu_with(opts(false)))
-            else {
-                return;
-            };
-            assert!(pairs.name().contains("IQ4_XS pairs"), "{}", pairs.name());
-            let ctx = format!("int8 {int8}, no subgroups {no_sg}");
-            let got = run_on(&mut pairs, &c, 2).0;
-            let want = run_on(&mut ggml, &c, 1).0;
-            for run in &got {
-                for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
-                    let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
-                    assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
-                    let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "{ctx} {name}: the pair layout differs");
+    for t in [DType::Iq4Xs, DType::Q8_0] {
+        let c = reader_case(t);
+        for int8 in [false, true] {
+            for no_sg in [false, true] {
+                let opts = |laid: Vec<DType>| WgpuOptions {
+                    no_subgroups: no_sg,
+                    int8_matmul: Some(int8),
+                    relayout: Some(laid),
+                    ..Default::default()
+                };
+                let (Some(mut laid), Some(mut ggml)) =
+                    (gpu_with(opts(vec![t])), gpu_with(opts(Vec::new())))
+                else {
+                    return;
+                };
+                assert!(laid.name().contains("re-laid"), "{}", laid.name());
+                let ctx = format!("{t}, int8 {int8}, no subgroups {no_sg}");
+                let got = run_on(&mut laid, &c, 2).0;
+                let want = run_on(&mut ggml, &c, 1).0;
+                for run in &got {
+                    for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
+                        let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
+                        assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
+                        let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{ctx} {name}: the re-laid weights differ");
+                    }
                 }
             }
         }
     }
+}
+
+#[test]
+fn relayout_setting_names_types() {
+    use deltaspec::backend::wgpu::parse_relayout;
+    assert_eq!(parse_relayout("").unwrap(), Vec::<DType>::new());
+    assert_eq!(parse_relayout("none").unwrap(), Vec::<DType>::new());
+    assert_eq!(
+        parse_relayout("q8_0, IQ4_XS,q8_0").unwrap(),
+        vec![DType::Iq4Xs, DType::Q8_0]
+    );
+    assert_eq!(parse_relayout("all").unwrap().len(), 2);
+    let e = parse_relayout("q4_k").unwrap_err();
+    assert!(e.contains("q4_k") && e.contains("IQ4_XS"), "{e}");
 }

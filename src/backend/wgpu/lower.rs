@@ -72,8 +72,15 @@ pub fn split_rows(
     let rb = dtype
         .bytes_for(row)
         .ok_or_else(|| format!("rows of {row} {dtype} values are not whole blocks"))?;
-    // Keep 8 bytes of headroom for the unaligned two-word reads at a part's end.
-    let per = ((max_binding.saturating_sub(8)) / rb.max(1) as u64).max(1) as usize;
+    // Headroom: 8 bytes for the unaligned two-word reads at a part's end, and what a re-layout
+    // adds to a part.
+    let growth = super::relayout::LAYOUTS
+        .iter()
+        .map(|l| l.growth)
+        .max()
+        .unwrap_or(0);
+    let headroom = 8 + growth as u64;
+    let per = ((max_binding.saturating_sub(headroom)) / rb.max(1) as u64).max(1) as usize;
     let mut parts = Vec::new();
     let mut first = 0;
     while first < rows || parts.is_empty() {
@@ -95,7 +102,7 @@ pub(super) struct WOperand {
 }
 
 /// What the device offers the lowering.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Caps {
     /// Largest weight binding.
     pub max_binding: u64,
@@ -112,8 +119,8 @@ pub struct Caps {
     /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
     /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
     pub norm_q8: bool,
-    /// IQ4_XS weights are in the pair layout: their kernels take the `IQ4P` flag.
-    pub iq4_pairs: bool,
+    /// Weight types uploaded re-laid ([`super::relayout`]): their kernels take the layout's flag.
+    pub relaid: Vec<DType>,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -136,7 +143,7 @@ pub(super) struct Ctx<'g> {
     pub subgroup_min: u32,
     pub int8: bool,
     norm_q8: bool,
-    iq4_pairs: bool,
+    relaid: Vec<DType>,
     pub q8: Option<Q8Buf>,
     /// A second pair of int8 buffers, written by GEMVs that quantize their own output (QOUT)
     /// while they read their input from the first pair.
@@ -295,11 +302,7 @@ impl Ctx<'_> {
         binds: Vec<Res>,
         groups: [u32; 3],
     ) {
-        let key = if self.iq4_pairs {
-            shaders::with_vec4_layouts(key)
-        } else {
-            key
-        };
+        let key = shaders::with_vec4_layouts(key, &self.relaid);
         self.out.steps.push(Step {
             label: self.label.clone(),
             key,
@@ -872,7 +875,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
         norm_q8: caps.int8 && caps.norm_q8,
-        iq4_pairs: caps.iq4_pairs,
+        relaid: caps.relaid.clone(),
         q8: None,
         q8_out: None,
         qout_scratch: None,

@@ -64,18 +64,49 @@ pub struct WgpuOptions {
     /// activations themselves (no quantize dispatch). `None`: on unless
     /// `DELTASPEC_WGPU_NORM_Q8=0`.
     pub norm_q8: Option<bool>,
-    /// IQ4_XS weights re-laid at upload in block pairs read with 16-byte loads
-    /// ([`relayout::iq4_xs_pairs`]). `None`: on if `DELTASPEC_WGPU_IQ4_LAYOUT=pairs`. Off by
-    /// default until measured on a GPU.
-    pub iq4_pairs: Option<bool>,
+    /// Weight types re-laid at upload into a layout their kernels read with 16-byte loads
+    /// ([`relayout::LAYOUTS`]: IQ4_XS in block pairs, Q8_0 in groups of 8). `None`: the types
+    /// named by `DELTASPEC_WGPU_RELAYOUT` (comma-separated, or `all`); none by default until
+    /// measured on a GPU.
+    pub relayout: Option<Vec<DType>>,
+}
+
+/// `DELTASPEC_WGPU_RELAYOUT`: type names with a layout (`IQ4_XS,Q8_0`, any case), `all`, or
+/// empty / `none`.
+pub fn parse_relayout(v: &str) -> Result<Vec<DType>, String> {
+    let mut out = Vec::new();
+    for name in v.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if name.eq_ignore_ascii_case("none") {
+            continue;
+        }
+        if name.eq_ignore_ascii_case("all") {
+            out.extend(relayout::LAYOUTS.iter().map(|l| l.dtype));
+            continue;
+        }
+        let l = relayout::LAYOUTS
+            .iter()
+            .find(|l| l.dtype.name().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let known: Vec<&str> = relayout::LAYOUTS.iter().map(|l| l.dtype.name()).collect();
+                format!(
+                    "DELTASPEC_WGPU_RELAYOUT: no layout for '{name}' (known: {}, all, none)",
+                    known.join(", ")
+                )
+            })?;
+        out.push(l.dtype);
+    }
+    out.sort_by_key(|t| t.name());
+    out.dedup();
+    Ok(out)
 }
 
 impl WgpuOptions {
-    /// Whether IQ4_XS weights take the pair layout (the option, else the environment).
-    pub fn iq4_pairs(&self) -> bool {
-        self.iq4_pairs.unwrap_or_else(|| {
-            std::env::var("DELTASPEC_WGPU_IQ4_LAYOUT").is_ok_and(|v| v == "pairs")
-        })
+    /// The re-laid types (the option, else the environment).
+    pub fn relaid(&self) -> Result<Vec<DType>, String> {
+        if let Some(v) = &self.relayout {
+            return Ok(v.clone());
+        }
+        parse_relayout(&std::env::var("DELTASPEC_WGPU_RELAYOUT").unwrap_or_default())
     }
 
     /// Whether matmuls use int8 activations (the option, else the environment).
@@ -155,9 +186,9 @@ pub struct WgpuBackend {
     opts: WgpuOptions,
     /// The largest storage binding (slots, states).
     max_binding: u64,
-    /// IQ4_XS weights are uploaded in the pair layout (fixed at construction: uploaded weights
-    /// and compiled kernels must agree).
-    iq4_pairs: bool,
+    /// Types whose weights are uploaded re-laid (fixed at construction: uploaded weights and
+    /// compiled kernels must agree).
+    relaid: Vec<DType>,
     /// The largest weight part.
     max_weight_binding: u64,
     pipes: HashMap<ShaderKey, Arc<Pipe>>,
@@ -208,13 +239,17 @@ impl WgpuBackend {
             .limits
             .max_storage_buffer_binding_size
             .min(gpu.limits.max_buffer_size);
+        let relaid = opts.relaid().map_err(|m| BackendError::Unavailable {
+            backend: NAME.into(),
+            reason: m,
+        })?;
         let max_weight_binding = opts
             .max_weight_binding
             .map_or(dev_max, |m| m.min(dev_max))
             .max(256);
         Ok(WgpuBackend {
             gpu,
-            iq4_pairs: opts.iq4_pairs(),
+            relaid,
             opts,
             max_binding: dev_max,
             max_weight_binding,
@@ -619,8 +654,13 @@ impl Backend for WgpuBackend {
     fn name(&self) -> String {
         // The matmul activations too: benchmark reports must say which path they measured.
         let mm = if self.opts.int8() { "int8" } else { "f32" };
-        let iq4 = if self.iq4_pairs { ", IQ4_XS pairs" } else { "" };
-        format!("wgpu ({}, {mm} activations{iq4})", self.gpu.info.name)
+        let laid: Vec<&str> = self.relaid.iter().map(|t| t.name()).collect();
+        let laid = if laid.is_empty() {
+            String::new()
+        } else {
+            format!(", re-laid {}", laid.join("+"))
+        };
+        format!("wgpu ({}, {mm} activations{laid})", self.gpu.info.name)
     }
 
     fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {
@@ -642,12 +682,12 @@ impl Backend for WgpuBackend {
             let mut gparts = Vec::new();
             for (first, n) in parts {
                 let data = &bytes[first * rb..(first + n) * rb];
-                // Parts are whole rows, so whole blocks; split_rows left room for the 8 bytes
-                // an odd block count adds.
-                let laid = match t.dtype {
-                    DType::Iq4Xs if self.iq4_pairs => {
-                        Some(relayout::iq4_xs_pairs(data).ok_or_else(|| {
-                            dev_err(format!("weight {name}: partial IQ4_XS blocks"))
+                // Parts are whole rows, so whole blocks; split_rows left room for a layout's
+                // growth.
+                let laid = match relayout::layout_of(t.dtype) {
+                    Some(l) if self.relaid.contains(&t.dtype) => {
+                        Some((l.relay)(data).ok_or_else(|| {
+                            dev_err(format!("weight {name}: partial {} blocks", t.dtype))
                         })?)
                     }
                     _ => None,
@@ -813,7 +853,7 @@ impl Backend for WgpuBackend {
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
-            iq4_pairs: self.iq4_pairs,
+            relaid: self.relaid.clone(),
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

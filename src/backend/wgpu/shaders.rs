@@ -11,6 +11,7 @@
 //! may add or drop bindings and the numbering stays dense. The generator prepends the params
 //! uniform and the constants.
 
+use super::relayout::LAYOUTS;
 use crate::tensor::DType;
 use std::fmt::Write as _;
 
@@ -159,29 +160,27 @@ fn dequant_section(name: &str) -> Option<&'static str> {
     Some(&rest[..end])
 }
 
-/// Weight layouts other than ggml's, each chosen for a key by a flag (a backend re-lays the
-/// type's tensors at upload when it sets it): (type, flag, the section replacing the type's
-/// ggml layout section "<type> ggml"). Their buffers are bound as `array<vec4<u32>>`, so 16-byte
-/// loads are plain loads.
-pub const VEC4_LAYOUTS: &[(DType, &str, &str)] = &[(DType::Iq4Xs, "IQ4P", "IQ4_XS pairs")];
-
-/// `key` with the flag of every vec4 layout whose type it decodes (a backend whose weights
-/// are all re-laid).
-pub fn with_vec4_layouts(mut key: ShaderKey) -> ShaderKey {
-    for (t, flag, _) in VEC4_LAYOUTS {
-        if key.dequant.iter().any(|d| d.1 == *t) && !key.flags.contains(flag) {
-            key.flags.push(flag);
+/// `key` with the flag of the layout of every type in `relaid` that it decodes (a backend whose
+/// weights of those types are all re-laid, see [`super::relayout`]).
+pub fn with_vec4_layouts(mut key: ShaderKey, relaid: &[DType]) -> ShaderKey {
+    for l in LAYOUTS {
+        if relaid.contains(&l.dtype)
+            && key.dequant.iter().any(|d| d.1 == l.dtype)
+            && !key.flags.contains(&l.flag)
+        {
+            key.flags.push(l.flag);
         }
     }
     key
 }
 
-/// The vec4 layout section of `t` in `key`, if its flag is set.
+/// The layout section of `t` in `key`, if its flag is set: it replaces the type's ggml layout
+/// section and reads the buffer as vec4s.
 fn vec4_layout(key: &ShaderKey, t: DType) -> Option<&'static str> {
-    VEC4_LAYOUTS
+    LAYOUTS
         .iter()
-        .find(|(lt, flag, _)| *lt == t && key.flags.contains(flag))
-        .map(|l| l.2)
+        .find(|l| l.dtype == t && key.flags.contains(&l.flag))
+        .map(|l| l.section)
 }
 
 /// `text` with every word read `$W[i]` turned into `$F_w(i)` (brackets matched), for a buffer
@@ -735,15 +734,12 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
             .dq("B", DType::F32),
     );
     v.push(ShaderKey::new("dflash2").entry("walk").flag("WALK"));
-    // Every weight kernel again in the vec4 layouts of its types.
+    // Every weight kernel again in the layouts of its types.
+    let relaid: Vec<DType> = LAYOUTS.iter().map(|l| l.dtype).collect();
     let laid: Vec<ShaderKey> = v
         .iter()
-        .map(|k| with_vec4_layouts(k.clone()))
-        .filter(|k| {
-            k.flags
-                .iter()
-                .any(|f| VEC4_LAYOUTS.iter().any(|l| l.1 == *f))
-        })
+        .map(|k| with_vec4_layouts(k.clone(), &relaid))
+        .filter(|k| k.flags.iter().any(|f| LAYOUTS.iter().any(|l| l.flag == *f)))
         .collect();
     v.extend(laid);
     for hd in [16, 64, 100, 256] {
@@ -1004,11 +1000,12 @@ mod tests {
             // Every int8 type has 32-value items (one activation block each).
             assert_eq!(item_elems(*t), 32, "{t}");
         }
-        for (t, _, name) in VEC4_LAYOUTS {
-            assert!(dequant_section(name).is_some(), "{name}");
+        for l in LAYOUTS {
+            assert!(dequant_section(l.section).is_some(), "{}", l.section);
             assert!(
-                dequant_section(&format!("{} ggml", t.name())).is_some(),
-                "{t}: a vec4 layout replaces the type's ggml layout section"
+                dequant_section(&format!("{} ggml", l.dtype.name())).is_some(),
+                "{}: a layout replaces the type's ggml layout section",
+                l.dtype
             );
         }
     }
