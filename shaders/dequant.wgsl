@@ -452,6 +452,23 @@ fn $F_qitem(ro: u32, s: u32) -> QItem {
 }
 
 //! IQ4_XS q8
+// The grid lookups are `$F_lut_lo` (low nibbles of the four bytes of q) and `$F_lut_hi` (q >> 4),
+// from the section `DELTASPEC_WGPU_IQ4_LOOKUP` picks (shaders::iq4_lookup): workgroup-memory
+// table (default), register selects, or the table for one half and selects for the other (both
+// the load/store and the ALU pipe busy).
+fn $F_qitem(ro: u32, s: u32) -> QItem {
+    let ib = s & 7u;
+    let h = $F_hdr(ro, s >> 3u);
+    let q = $F_qs(ro, s >> 3u, ib);
+    let ls = (h.y >> (4u * ib)) & 0xfu;
+    let hs = (h.x >> (16u + 2u * ib)) & 3u;
+    let dl = $F_h2f(h.x & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
+    let lo = vec4<u32>($F_lut_lo(q.x), $F_lut_lo(q.y), $F_lut_lo(q.z), $F_lut_lo(q.w));
+    let hi = vec4<u32>($F_lut_hi(q.x >> 4u), $F_lut_hi(q.y >> 4u), $F_lut_hi(q.z >> 4u), $F_lut_hi(q.w >> 4u));
+    return QItem(lo, hi, vec3<f32>(dl, dl, 0.0));
+}
+
+//! IQ4_XS q8 grid
 // The grid as int8 bytes pre-shifted to each byte position: KB[16p + i] = kv[i] << 8p, so a
 // word of four looked-up values is four loads or-ed (no per-value shift).
 var<workgroup> $F_KB: array<u32, 64>;
@@ -463,20 +480,39 @@ fn $F_qinit(tid: u32) {
         }
     }
 }
-// Nibbles sh .. sh + 3 of the four bytes of q through the grid.
+// Nibbles 0 .. 3 of the four bytes of q through the table.
 fn $F_kb4(q: u32) -> u32 {
     return $F_KB[q & 0xfu] | $F_KB[16u + ((q >> 8u) & 0xfu)] | $F_KB[32u + ((q >> 16u) & 0xfu)] | $F_KB[48u + ((q >> 24u) & 0xfu)];
 }
-fn $F_qitem(ro: u32, s: u32) -> QItem {
-    let ib = s & 7u;
-    let h = $F_hdr(ro, s >> 3u);
-    let q = $F_qs(ro, s >> 3u, ib);
-    let ls = (h.y >> (4u * ib)) & 0xfu;
-    let hs = (h.x >> (16u + 2u * ib)) & 3u;
-    let dl = $F_h2f(h.x & 0xffffu) * f32(i32(ls | (hs << 4u)) - 32);
-    let lo = vec4<u32>($F_kb4(q.x), $F_kb4(q.y), $F_kb4(q.z), $F_kb4(q.w));
-    let hi = vec4<u32>($F_kb4(q.x >> 4u), $F_kb4(q.y >> 4u), $F_kb4(q.z >> 4u), $F_kb4(q.w >> 4u));
-    return QItem(lo, hi, vec3<f32>(dl, dl, 0.0));
+
+//! IQ4_XS q8 selects
+// Nibbles 0 .. 3 of the four bytes of q through selects on the packed grid (no memory).
+fn $F_ka4(q: u32) -> u32 {
+    return $F_kvb(q & 0xfu) | ($F_kvb((q >> 8u) & 0xfu) << 8u) | ($F_kvb((q >> 16u) & 0xfu) << 16u) | ($F_kvb((q >> 24u) & 0xfu) << 24u);
+}
+
+//! IQ4_XS q8 table
+fn $F_lut_lo(q: u32) -> u32 {
+    return $F_kb4(q);
+}
+fn $F_lut_hi(q: u32) -> u32 {
+    return $F_kb4(q);
+}
+
+//! IQ4_XS q8 alu
+fn $F_lut_lo(q: u32) -> u32 {
+    return $F_ka4(q);
+}
+fn $F_lut_hi(q: u32) -> u32 {
+    return $F_ka4(q);
+}
+
+//! IQ4_XS q8 mix
+fn $F_lut_lo(q: u32) -> u32 {
+    return $F_kb4(q);
+}
+fn $F_lut_hi(q: u32) -> u32 {
+    return $F_ka4(q);
 }
 
 //! Q4_K q8

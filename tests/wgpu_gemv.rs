@@ -531,3 +531,42 @@ fn relayout_setting_names_types() {
     let e = parse_relayout("q4_k").unwrap_err();
     assert!(e.contains("q4_k") && e.contains("IQ4_XS"), "{e}");
 }
+
+#[test]
+fn iq4_grid_lookups_match_the_table_bit_for_bit() {
+    // The lookups produce the same int8 grid words, so every output is the table's bit for bit
+    // (also over re-laid weights).
+    use deltaspec::backend::wgpu::shaders::Iq4Lookup;
+    let c = reader_case(DType::Iq4Xs);
+    for no_sg in [false, true] {
+        let opts = |lookup, laid: Vec<DType>| WgpuOptions {
+            no_subgroups: no_sg,
+            int8_matmul: Some(true),
+            iq4_lookup: Some(lookup),
+            relayout: Some(laid),
+            ..Default::default()
+        };
+        let Some(mut table) = gpu_with(opts(Iq4Lookup::Table, Vec::new())) else {
+            return;
+        };
+        let want = run_on(&mut table, &c, 1).0;
+        for (lookup, laid) in [
+            (Iq4Lookup::Alu, Vec::new()),
+            (Iq4Lookup::Mix, Vec::new()),
+            (Iq4Lookup::Mix, vec![DType::Iq4Xs]),
+        ] {
+            let mut g = gpu_with(opts(lookup, laid.clone())).unwrap();
+            assert!(g.name().contains(lookup.name()), "{}", g.name());
+            let got = run_on(&mut g, &c, 1).0;
+            for ((name, g), (_, w)) in got[0].iter().zip(&want[0]) {
+                let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
+                let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{lookup:?} (re-laid {laid:?}, no subgroups {no_sg}) {name}: differs from the table"
+                );
+            }
+        }
+    }
+    assert!(Iq4Lookup::parse("selects").is_err());
+}

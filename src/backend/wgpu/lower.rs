@@ -119,8 +119,8 @@ pub struct Caps {
     /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
     /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
     pub norm_q8: bool,
-    /// Weight types uploaded re-laid ([`super::relayout`]): their kernels take the layout's flag.
-    pub relaid: Vec<DType>,
+    /// Re-laid weight types and the IQ4_XS lookup: flags of every weight kernel.
+    pub weight_kernels: shaders::WeightKernels,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -143,7 +143,7 @@ pub(super) struct Ctx<'g> {
     pub subgroup_min: u32,
     pub int8: bool,
     norm_q8: bool,
-    relaid: Vec<DType>,
+    weight_kernels: shaders::WeightKernels,
     pub q8: Option<Q8Buf>,
     /// A second pair of int8 buffers, written by GEMVs that quantize their own output (QOUT)
     /// while they read their input from the first pair.
@@ -302,7 +302,7 @@ impl Ctx<'_> {
         binds: Vec<Res>,
         groups: [u32; 3],
     ) {
-        let key = shaders::with_vec4_layouts(key, &self.relaid);
+        let key = shaders::specialize(key, &self.weight_kernels);
         self.out.steps.push(Step {
             label: self.label.clone(),
             key,
@@ -875,7 +875,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
         norm_q8: caps.int8 && caps.norm_q8,
-        relaid: caps.relaid.clone(),
+        weight_kernels: caps.weight_kernels.clone(),
         q8: None,
         q8_out: None,
         qout_scratch: None,

@@ -69,6 +69,9 @@ pub struct WgpuOptions {
     /// named by `DELTASPEC_WGPU_RELAYOUT` (comma-separated, or `all`); none by default until
     /// measured on a GPU.
     pub relayout: Option<Vec<DType>>,
+    /// How int8 IQ4_XS items look their grid up. `None`: `DELTASPEC_WGPU_IQ4_LOOKUP`
+    /// (table | alu | mix; default table).
+    pub iq4_lookup: Option<shaders::Iq4Lookup>,
 }
 
 /// `DELTASPEC_WGPU_RELAYOUT`: type names with a layout (`IQ4_XS,Q8_0`, any case), `all`, or
@@ -107,6 +110,16 @@ impl WgpuOptions {
             return Ok(v.clone());
         }
         parse_relayout(&std::env::var("DELTASPEC_WGPU_RELAYOUT").unwrap_or_default())
+    }
+
+    /// The IQ4_XS grid lookup (the option, else the environment).
+    pub fn iq4_lookup(&self) -> Result<shaders::Iq4Lookup, String> {
+        match self.iq4_lookup {
+            Some(l) => Ok(l),
+            None => shaders::Iq4Lookup::parse(
+                &std::env::var("DELTASPEC_WGPU_IQ4_LOOKUP").unwrap_or_default(),
+            ),
+        }
     }
 
     /// Whether matmuls use int8 activations (the option, else the environment).
@@ -186,9 +199,9 @@ pub struct WgpuBackend {
     opts: WgpuOptions,
     /// The largest storage binding (slots, states).
     max_binding: u64,
-    /// Types whose weights are uploaded re-laid (fixed at construction: uploaded weights and
+    /// The weight kernels' backend-wide choices (fixed at construction: uploaded weights and
     /// compiled kernels must agree).
-    relaid: Vec<DType>,
+    wk: shaders::WeightKernels,
     /// The largest weight part.
     max_weight_binding: u64,
     pipes: HashMap<ShaderKey, Arc<Pipe>>,
@@ -239,17 +252,21 @@ impl WgpuBackend {
             .limits
             .max_storage_buffer_binding_size
             .min(gpu.limits.max_buffer_size);
-        let relaid = opts.relaid().map_err(|m| BackendError::Unavailable {
+        let unavailable = |reason| BackendError::Unavailable {
             backend: NAME.into(),
-            reason: m,
-        })?;
+            reason,
+        };
+        let wk = shaders::WeightKernels {
+            relaid: opts.relaid().map_err(unavailable)?,
+            iq4_lookup: opts.iq4_lookup().map_err(unavailable)?,
+        };
         let max_weight_binding = opts
             .max_weight_binding
             .map_or(dev_max, |m| m.min(dev_max))
             .max(256);
         Ok(WgpuBackend {
             gpu,
-            relaid,
+            wk,
             opts,
             max_binding: dev_max,
             max_weight_binding,
@@ -654,13 +671,15 @@ impl Backend for WgpuBackend {
     fn name(&self) -> String {
         // The matmul activations too: benchmark reports must say which path they measured.
         let mm = if self.opts.int8() { "int8" } else { "f32" };
-        let laid: Vec<&str> = self.relaid.iter().map(|t| t.name()).collect();
-        let laid = if laid.is_empty() {
-            String::new()
-        } else {
-            format!(", re-laid {}", laid.join("+"))
-        };
-        format!("wgpu ({}, {mm} activations{laid})", self.gpu.info.name)
+        let laid: Vec<&str> = self.wk.relaid.iter().map(|t| t.name()).collect();
+        let mut extra = String::new();
+        if !laid.is_empty() {
+            extra += &format!(", re-laid {}", laid.join("+"));
+        }
+        if self.wk.iq4_lookup != shaders::Iq4Lookup::Table {
+            extra += &format!(", IQ4_XS {} lookup", self.wk.iq4_lookup.name());
+        }
+        format!("wgpu ({}, {mm} activations{extra})", self.gpu.info.name)
     }
 
     fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {
@@ -685,7 +704,7 @@ impl Backend for WgpuBackend {
                 // Parts are whole rows, so whole blocks; split_rows left room for a layout's
                 // growth.
                 let laid = match relayout::layout_of(t.dtype) {
-                    Some(l) if self.relaid.contains(&t.dtype) => {
+                    Some(l) if self.wk.relaid.contains(&t.dtype) => {
                         Some((l.relay)(data).ok_or_else(|| {
                             dev_err(format!("weight {name}: partial {} blocks", t.dtype))
                         })?)
@@ -853,7 +872,7 @@ impl Backend for WgpuBackend {
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
-            relaid: self.relaid.clone(),
+            weight_kernels: self.wk.clone(),
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

@@ -213,14 +213,100 @@ fn words_via_fn(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// The int8 work item of type `t` (section "<type> q8") for `buffer`.
-fn splice_dequant8(buffer: &str, t: DType, out: &mut String) -> Result<(), String> {
+/// How the int8 IQ4_XS item looks its grid up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Iq4Lookup {
+    /// A workgroup-memory table: one load a value.
+    #[default]
+    Table,
+    /// Selects on the packed grid: no memory, ~8 ALU instructions a value.
+    Alu,
+    /// The table for the low nibbles, selects for the high ones (both pipes busy).
+    Mix,
+}
+
+impl Iq4Lookup {
+    /// `DELTASPEC_WGPU_IQ4_LOOKUP`'s values: table, alu, mix.
+    pub fn parse(v: &str) -> Result<Iq4Lookup, String> {
+        match v {
+            "" | "table" => Ok(Iq4Lookup::Table),
+            "alu" => Ok(Iq4Lookup::Alu),
+            "mix" => Ok(Iq4Lookup::Mix),
+            other => Err(format!(
+                "DELTASPEC_WGPU_IQ4_LOOKUP: unknown lookup '{other}' (known: table, alu, mix)"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Iq4Lookup::Table => "table",
+            Iq4Lookup::Alu => "alu",
+            Iq4Lookup::Mix => "mix",
+        }
+    }
+
+    /// The key flag that selects it (none for the default).
+    fn flag(self) -> Option<&'static str> {
+        match self {
+            Iq4Lookup::Table => None,
+            Iq4Lookup::Alu => Some("IQ4ALU"),
+            Iq4Lookup::Mix => Some("IQ4MIX"),
+        }
+    }
+
+    fn of(key: &ShaderKey) -> Iq4Lookup {
+        [Iq4Lookup::Alu, Iq4Lookup::Mix]
+            .into_iter()
+            .find(|l| l.flag().is_some_and(|f| key.flags.contains(&f)))
+            .unwrap_or_default()
+    }
+}
+
+/// Backend-wide choices that shape the kernels of weight types, added to every key by
+/// [`specialize`].
+#[derive(Clone, Debug, Default)]
+pub struct WeightKernels {
+    /// Types uploaded re-laid ([`super::relayout`]).
+    pub relaid: Vec<DType>,
+    pub iq4_lookup: Iq4Lookup,
+}
+
+/// `key` with the flags of `w` that concern the weight types it decodes.
+pub fn specialize(key: ShaderKey, w: &WeightKernels) -> ShaderKey {
+    let mut key = with_vec4_layouts(key, &w.relaid);
+    if let Some(f) = w.iq4_lookup.flag()
+        && key.dequant.iter().any(|d| d.1 == DType::Iq4Xs)
+    {
+        key.flags.push(f);
+    }
+    key
+}
+
+/// The int8 work item of type `t` (section "<type> q8", and for IQ4_XS its grid lookup) for
+/// `buffer`.
+fn splice_dequant8(
+    key: &ShaderKey,
+    buffer: &str,
+    t: DType,
+    out: &mut String,
+) -> Result<(), String> {
     if !INT8_TYPES.contains(&t) {
         return Err(format!("no int8 work item for {t}"));
     }
-    let name = format!("{} q8", t.name());
-    let body = dequant_section(&name).ok_or_else(|| format!("dequant.wgsl lacks '{name}'"))?;
-    out.push_str(&body.replace("$W", buffer).replace("$F", buffer));
+    let mut names = vec![format!("{} q8", t.name())];
+    if t == DType::Iq4Xs {
+        let lookup = Iq4Lookup::of(key);
+        names.push("IQ4_XS q8 grid".into());
+        if lookup != Iq4Lookup::Table {
+            names.push("IQ4_XS q8 selects".into());
+        }
+        names.push(format!("IQ4_XS q8 {}", lookup.name()));
+    }
+    for name in names {
+        let body = dequant_section(&name).ok_or_else(|| format!("dequant.wgsl lacks '{name}'"))?;
+        out.push_str(&body.replace("$W", buffer).replace("$F", buffer));
+    }
     Ok(())
 }
 
@@ -322,7 +408,7 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                     .find(|(b, _)| *b == buf)
                     .ok_or_else(|| format!("{}: no weight type given for {buf}", key.file))?;
                 if int8 {
-                    splice_dequant8(buf, *ty, &mut out)?;
+                    splice_dequant8(key, buf, *ty, &mut out)?;
                 } else {
                     splice_dequant(buf, *ty, vec4_layout(key, *ty), &mut out)?;
                 }
@@ -742,6 +828,19 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         .filter(|k| k.flags.iter().any(|f| LAYOUTS.iter().any(|l| l.flag == *f)))
         .collect();
     v.extend(laid);
+    // The int8 IQ4_XS kernels with the other grid lookups.
+    for lookup in [Iq4Lookup::Alu, Iq4Lookup::Mix] {
+        let w = WeightKernels {
+            relaid: Vec::new(),
+            iq4_lookup: lookup,
+        };
+        let more: Vec<ShaderKey> = v
+            .iter()
+            .filter(|k| k.flags.contains(&"Q8") && k.dequant.iter().any(|d| d.1 == DType::Iq4Xs))
+            .map(|k| specialize(k.clone(), &w))
+            .collect();
+        v.extend(more);
+    }
     for hd in [16, 64, 100, 256] {
         for fin in [false, true] {
             for e in ["write_kv", "attn", "combine"] {
