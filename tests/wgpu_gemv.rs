@@ -11,7 +11,7 @@ mod gpu_case;
 use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
 use deltaspec::backend::{self, Backend, HostData};
 use deltaspec::tensor::{DType, quant};
-use gpu_case::{B, Case, check, gpu_with, rel_err, run_on};
+use gpu_case::{B, Case, assert_same_bits, check, gpu_with, rel_err, run_on};
 
 /// The 27B files' types first, then a `dq4` type and the plain floats.
 const TYPES: &[DType] = &[
@@ -356,14 +356,7 @@ fn norm_q8_matches_norm_then_quantize() {
                 let ctx = format!("{t} d={d} N={n} (no subgroups: {no_sg})");
                 let got = run_on(&mut on, &c, 2).0;
                 let want = run_on(&mut off, &c, 1).0;
-                for run in &got {
-                    for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
-                        let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
-                        assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
-                        let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{ctx} {name}: differs with the fusion on");
-                    }
-                }
+                assert_same_bits(&got, &want, &ctx, "differs with the fusion on");
                 assert_eq!(
                     dispatches(&mut on, &c) + 3,
                     dispatches(&mut off, &c),
@@ -505,14 +498,7 @@ fn relaid_weights_match_the_ggml_layout_bit_for_bit() {
                 let ctx = format!("{t}, int8 {int8}, no subgroups {no_sg}");
                 let got = run_on(&mut laid, &c, 2).0;
                 let want = run_on(&mut ggml, &c, 1).0;
-                for run in &got {
-                    for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
-                        let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
-                        assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
-                        let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-                        assert!(same, "{ctx} {name}: the re-laid weights differ");
-                    }
-                }
+                assert_same_bits(&got, &want, &ctx, "the re-laid weights differ");
             }
         }
     }
@@ -558,14 +544,8 @@ fn iq4_grid_lookups_match_the_table_bit_for_bit() {
             let mut g = gpu_with(opts(lookup, laid.clone())).unwrap();
             assert!(g.name().contains(lookup.name()), "{}", g.name());
             let got = run_on(&mut g, &c, 1).0;
-            for ((name, g), (_, w)) in got[0].iter().zip(&want[0]) {
-                let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
-                let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(
-                    same,
-                    "{lookup:?} (re-laid {laid:?}, no subgroups {no_sg}) {name}: differs from the table"
-                );
-            }
+            let ctx = format!("{lookup:?} (re-laid {laid:?}, no subgroups {no_sg})");
+            assert_same_bits(&got, &want, &ctx, "differs from the table");
         }
     }
     assert!(Iq4Lookup::parse("selects").is_err());

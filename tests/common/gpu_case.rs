@@ -111,6 +111,26 @@ impl B {
 /// Outputs of each run, and the final states.
 pub type RunResult = (Vec<Vec<(String, HostTensor)>>, Vec<Vec<f32>>);
 
+/// Every output of every run in `got` is finite and equals `want`'s first run bit for bit
+/// (`ctx` and `what` name the failure: "<ctx> <output>: <what>").
+#[allow(dead_code)] // not every test binary that includes this file uses it
+pub fn assert_same_bits(
+    got: &[Vec<(String, HostTensor)>],
+    want: &[Vec<(String, HostTensor)>],
+    ctx: &str,
+    what: &str,
+) {
+    for run in got {
+        for ((name, g), (_, w)) in run.iter().zip(&want[0]) {
+            let (g, w) = (g.to_f32().unwrap(), w.to_f32().unwrap());
+            assert!(g.iter().all(|v| v.is_finite()), "{ctx} {name}: not finite");
+            let same =
+                g.len() == w.len() && g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{ctx} {name}: {what}");
+        }
+    }
+}
+
 pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     let (mut num, mut den) = (0.0f64, 0.0f64);
     for (x, y) in a.iter().zip(b) {
