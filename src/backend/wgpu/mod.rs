@@ -8,6 +8,7 @@
 //! - A run writes the inputs, records the whole graph into one compute pass, copies the graph
 //!   outputs into a staging buffer, submits once and reads back only the outputs.
 
+mod decoders;
 mod device;
 pub(crate) mod fuse;
 pub mod lower;
