@@ -12,6 +12,10 @@
 // item read whole words (one load per 4–8 weights, no per-element offset arithmetic); the
 // generator gives every other type a 4-element item built on `$F_dq4` (section `item4`).
 // `$F_init(tid)` fills workgroup tables (call it, then a barrier, before the first item).
+//
+// Layouts: IQ4_XS and Q8_0 reach their bytes through address helpers, from the section
+// "<type> ggml" or from a re-layout's section (src/backend/wgpu/relayout.rs), in which `$W` is
+// bound as `array<vec4<u32>>` and the byte helpers below read words through `$F_w`.
 
 //! bytes
 fn $F_u8(o: u32) -> u32 {
