@@ -57,3 +57,65 @@ fn json_reports_accepted_per_step() {
     assert_eq!(j["accepted_per_step"], serde_json::json!([]));
     assert_eq!(j["tokens"].as_array().unwrap().len(), 4);
 }
+
+/// `deltaspec bench spec` on the tiny fixtures with `extra` flags.
+fn bench_spec(extra: &[&str]) -> std::process::Output {
+    let model = fixtures().join("models/tiny-a");
+    let draft = fixtures().join("drafters/dflash-a");
+    let mut args = vec![
+        "bench",
+        "spec",
+        "--model",
+        model.to_str().unwrap(),
+        "--draft",
+        draft.to_str().unwrap(),
+        "-n",
+        "8",
+        "--warmup",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        .args(&args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bench_spec_samples_both_runs_and_refuses_a_sampled_replay() {
+    for mode in ["chain", "tree"] {
+        let out = bench_spec(&[
+            "--spec",
+            mode,
+            "--temperature",
+            "0.5",
+            "--seed",
+            "3",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(j["sampling"]["temperature"], 0.5, "{mode}");
+        assert_eq!(j["sampling"]["seed"], 3, "{mode}");
+        // Sampled runs are not compared token for token.
+        assert!(j["identical_to_ar"].is_null(), "{mode}: {j}");
+        assert_eq!(j["speculative"]["tokens"], 8, "{mode}");
+        assert_eq!(j["ar"]["tokens"], 8, "{mode}");
+    }
+    // Greedy runs still are.
+    let out = bench_spec(&["--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["identical_to_ar"], true);
+    assert!(j["sampling"].is_null());
+    let out = bench_spec(&["--temperature", "0.5", "--replay-profile", "code"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--replay-profile") && err.contains("--temperature"),
+        "{err}"
+    );
+}

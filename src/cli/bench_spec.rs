@@ -7,12 +7,19 @@
 //! replaced by the AR baseline's own continuation cut by the profile
 //! ([`crate::spec::replay::ReplayDrafter`]): a speed measurement for random-weight models, not
 //! a drafter's quality. Every output line then says REPLAY.
+//!
+//! With `--temperature` (no replay profile: a profile replays a greedy continuation), both runs
+//! sample with `--seed`: the baseline is plain sampled decoding and the speculative run is
+//! lossless speculative sampling. Their outputs are then not compared token for token.
 
 use crate::backend;
 use crate::model::{Qwen35, Session};
 use crate::sched::{PolicyConfig, Ratio};
 use crate::spec::replay::{ReplayDrafter, ReplayProfile};
-use crate::spec::{Drafter, RollbackMode, SpecConfig, SpecMode, SpecOutput, generate_spec};
+use crate::spec::sample::generate_sampled;
+use crate::spec::{
+    Drafter, RollbackMode, Sampling, SpecConfig, SpecMode, SpecOutput, generate_spec,
+};
 use crate::util::rng::Rng;
 use anyhow::{Context, bail};
 use std::path::PathBuf;
@@ -65,11 +72,13 @@ pub struct Args {
     /// Untimed runs of each kind first (graph compilation, caches).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Seed of the random prompt and of the replay cut.
+    /// Seed of the random prompt, of the replay cut and of the samplers.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub sampling: super::sampling_args::SamplingArgs,
     #[command(flatten)]
     pub drafter: super::drafter_args::DrafterArgs,
 }
@@ -95,13 +104,20 @@ fn run_ar(
     fresh: &crate::state::Snapshot,
     prompt: &[u32],
     a: &Args,
+    sampling: &Sampling,
 ) -> anyhow::Result<ArRun> {
     s.restore(fresh)?;
     let t0 = Instant::now();
     let mut first = None;
-    let tokens = s.generate_greedy(prompt, a.n, a.chunk, None, |_| {
+    let on_token = |_| {
         first.get_or_insert_with(Instant::now);
-    })?;
+    };
+    let tokens = if sampling.is_greedy() {
+        s.generate_greedy(prompt, a.n, a.chunk, None, on_token)?
+    } else {
+        let mut rng = Rng::new(a.seed);
+        generate_sampled(s, prompt, a.n, a.chunk, None, sampling, &mut rng, on_token)?
+    };
     let end = Instant::now();
     let first = first.unwrap_or(end);
     Ok(ArRun {
@@ -133,6 +149,13 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let rollback = RollbackMode::parse(&a.rollback)?;
+    let sampling = a.sampling.sampling()?;
+    if !sampling.is_greedy() && profile.is_some() {
+        bail!(
+            "--replay-profile replays the greedy continuation, so it measures greedy speculation \
+             only: drop --temperature, or drop the profile to sample with the real drafter"
+        );
+    }
     let mut be = backend::create(&a.backend)?;
     let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
     let vocab = m.cfg.vocab;
@@ -177,7 +200,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         mode,
         max_draft: a.max_draft.unwrap_or(usize::MAX),
         rollback,
-        ..Default::default()
+        sampling,
+        seed: a.seed,
     };
 
     let backend_name = be.name();
@@ -195,9 +219,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let fresh = s.snapshot()?;
     let result = (|| -> anyhow::Result<(ArRun, SpecOutput, String, Option<serde_json::Value>)> {
         for _ in 0..a.warmup {
-            run_ar(&mut s, &fresh, &prompt, a)?;
+            run_ar(&mut s, &fresh, &prompt, a, &sampling)?;
         }
-        let ar = run_ar(&mut s, &fresh, &prompt, a)?;
+        let ar = run_ar(&mut s, &fresh, &prompt, a, &sampling)?;
         let mut d: Box<dyn Drafter> = match profile {
             Some(p) => Box::new(ReplayDrafter::new(
                 drafter,
@@ -241,7 +265,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         0.0
     };
     let ar_ms = if ar_tps > 0.0 { 1e3 / ar_tps } else { 0.0 };
-    let identical = sp.tokens == ar.tokens;
+    // Sampled runs draw different tokens (the samplers consume their seeds differently).
+    let identical = sampling.is_greedy().then(|| sp.tokens == ar.tokens);
     let replay_label = profile.map(|p| {
         format!(
             "REPLAY ({} profile): benchmark-only proposals (the target's own continuation cut \
@@ -251,7 +276,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     });
 
     let prefix = if profile.is_some() { "REPLAY | " } else { "" };
-    if !identical {
+    if identical == Some(false) {
         eprintln!(
             "{prefix}warning: the speculative output differs from the AR baseline (greedy \
              speculation must be lossless; on a GPU backend a near-tie of batched vs single-row \
@@ -274,6 +299,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 _ => None,
             },
             "rollback": rollback.name(),
+            "sampling": (!sampling.is_greedy()).then(|| serde_json::json!({
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+                "seed": a.seed,
+            })),
             "ar": {
                 "tokens_per_second": ar_tps,
                 "decode_seconds": ar.decode_s,
@@ -356,14 +386,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             if ar_ms > 0.0 { plain_ms / ar_ms } else { 0.0 }
         ));
     }
-    lines.push(format!(
-        "output:    {} the AR baseline",
-        if identical {
-            "identical to"
-        } else {
-            "DIFFERS from"
-        }
-    ));
+    lines.push(match identical {
+        Some(true) => "output:    identical to the AR baseline".to_string(),
+        Some(false) => "output:    DIFFERS from the AR baseline".to_string(),
+        None => format!(
+            "output:    sampled (temperature {}, top-p {}, seed {}): both runs sample, so their \
+             tokens are not compared",
+            sampling.temperature, sampling.top_p, a.seed
+        ),
+    });
     if let Some(r) = &report {
         lines.push(format!("drafter:   {r}"));
     }

@@ -6,7 +6,7 @@ use crate::backend;
 use crate::model::{Qwen35, Session};
 use crate::sched::{PolicyConfig, Ratio};
 use crate::spec::replay::{ReplayDrafter, ReplayProfile};
-use crate::spec::{Drafter, RollbackMode, Sampling, SpecConfig, SpecMode, StepKind};
+use crate::spec::{Drafter, RollbackMode, SpecConfig, SpecMode, StepKind};
 use crate::util::rng::Rng;
 use anyhow::{Context, bail};
 use std::io::Write;
@@ -102,12 +102,8 @@ pub struct Args {
     /// Adaptive policy: print every decision to stderr.
     #[arg(long)]
     pub policy_log: bool,
-    /// Sampling temperature (0 = greedy). With --spec, speculative sampling (lossless).
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Nucleus sampling: keep the most probable tokens whose mass reaches top-p.
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
+    #[command(flatten)]
+    pub sampling: super::sampling_args::SamplingArgs,
     /// Sampler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -116,19 +112,6 @@ pub struct Args {
 }
 
 impl Args {
-    fn sampling(&self) -> anyhow::Result<Sampling> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            bail!("--temperature must be a finite number ≥ 0");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            bail!("--top-p must be in (0, 1]");
-        }
-        Ok(Sampling {
-            temperature: self.temperature,
-            top_p: self.top_p,
-        })
-    }
-
     fn spec_mode(&self) -> anyhow::Result<SpecMode> {
         Ok(match self.spec.as_str() {
             "off" => SpecMode::Off,
@@ -194,7 +177,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         m.tokenizer.as_ref().and_then(|t| t.eos())
     };
     let mode = a.spec_mode()?;
-    let sampling = a.sampling()?;
+    let sampling = a.sampling.sampling()?;
     let rollback = RollbackMode::parse(&a.rollback)?;
     let drafter = match (&mode, &a.draft) {
         (SpecMode::Off, None) => None,

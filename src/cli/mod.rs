@@ -12,6 +12,7 @@ mod drafter_args;
 mod generate;
 mod info;
 mod logits;
+mod sampling_args;
 mod synth;
 mod tokens;
 
