@@ -325,6 +325,64 @@ fn lossless_on(backend_name: &str, prompts: usize, n: usize) {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Tree speculation with DFlash2 (its per-position candidates, walk first): greedy output
+/// equals plain greedy for several budgets, and the trees branch (more nodes than a chain).
+fn tree_lossless_on(backend_name: &str, prompts: usize, n: usize) {
+    let Ok(mut be) = backend::create(backend_name) else {
+        return;
+    };
+    let (d, g) = drafter_gguf(&format!("tree-{backend_name}"));
+    let t = Qwen35::load(&fx::target_dir()).unwrap();
+    let mut drafter = DFlash2Drafter::open(&g, &t).unwrap().with_capacity(8);
+    let mut rng = Rng::new(9);
+    let mut widest = 0;
+    for p in 0..prompts {
+        let len = 3 + rng.below(10);
+        let prompt: Vec<u32> = (0..len).map(|_| rng.below(fx::VOCAB) as u32).collect();
+        let want = {
+            let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
+            s.generate_greedy(&prompt, n, 512, None, |_| {}).unwrap()
+        };
+        for budget in [1, 4, 9] {
+            let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
+            let cfg = SpecConfig {
+                n,
+                chunk: 5,
+                mode: SpecMode::Tree { budget },
+                ..Default::default()
+            };
+            let got = generate_spec(&mut s, &mut drafter, &prompt, &cfg, |_| {}, |_| {}).unwrap();
+            assert_eq!(
+                got.tokens, want,
+                "{backend_name} prompt {p} budget {budget}"
+            );
+            widest = got
+                .steps
+                .iter()
+                .map(|st| st.drafted)
+                .max()
+                .unwrap_or(0)
+                .max(widest);
+        }
+    }
+    assert!(
+        widest > fx::BLOCK - 1,
+        "no tree had more nodes ({widest}) than the chain of {}",
+        fx::BLOCK - 1
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn dflash2_tree_speculation_is_lossless_on_cpu() {
+    tree_lossless_on("cpu", 3, 16);
+}
+
+#[test]
+fn dflash2_tree_speculation_is_lossless_on_wgpu() {
+    tree_lossless_on("wgpu", 1, 12);
+}
+
 #[test]
 fn dflash2_speculation_is_lossless_on_cpu() {
     lossless_on("cpu", 4, 20);

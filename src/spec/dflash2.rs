@@ -9,6 +9,10 @@
 //! Sampling (T > 0): the proposals stay the selector's deterministic walk and [`Draft::probs`]
 //! is `None`; the spec loop then treats each proposal as a point mass, which keeps speculative
 //! sampling lossless (it accepts less than drawing from softmax(score/T) would).
+//!
+//! Tree mode ([`Drafter::propose_topk`]): each position's top-k candidates with their selector
+//! scores given the walk's previous proposal, renormalised per position (log-softmax over the
+//! k; drafters.md §4.3), the walk's proposal first, so the tree's seed chain is the walk.
 
 use super::dflash::{new_owner, owns};
 use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
@@ -41,6 +45,8 @@ pub struct DFlash2Drafter {
     source: String,
     /// The selector scores of the last proposal, `[B−1, k]` (for inspection).
     last_scores: Vec<f32>,
+    /// The candidates those scores are for, `[B−1, k]`.
+    last_cand: Vec<u32>,
 }
 
 impl DFlash2Drafter {
@@ -61,6 +67,7 @@ impl DFlash2Drafter {
             capacity: DEFAULT_CAPACITY,
             source: String::new(),
             last_scores: Vec::new(),
+            last_cand: Vec::new(),
         })
     }
 
@@ -229,7 +236,116 @@ impl Drafter for DFlash2Drafter {
             .pop()
             .ok_or_else(|| drafter_err("no output for the slot"))?;
         self.last_scores = one.scores;
+        self.last_cand = one.cand;
         let n = req.max.min(bsz - 1).min(one.tokens.len());
         Ok(Draft::greedy(one.tokens[..n].to_vec()))
+    }
+
+    fn propose_topk(
+        &mut self,
+        env: &mut DraftEnv<'_>,
+        req: &DraftRequest,
+        k: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+        let walk = self.propose(env, req)?.tokens;
+        let kc = self
+            .model
+            .cfg
+            .dflash2
+            .as_ref()
+            .map_or(0, |d| d.selector_top_k);
+        candidates_per_position(&walk, &self.last_cand, &self.last_scores, kc, k)
+    }
+}
+
+/// Per position of the walk: its candidates as (token, log-softmax of the selector score over
+/// the position's candidates), the walk's token first, then by score (ties: candidate order),
+/// at most `k`. `cand` and `scores` hold `kc` entries a position, for at least the walk's
+/// positions.
+fn candidates_per_position(
+    walk: &[u32],
+    cand: &[u32],
+    scores: &[f32],
+    kc: usize,
+    k: usize,
+) -> Result<Vec<Vec<(u32, f32)>>, SpecError> {
+    if cand.len() != scores.len() || (!walk.is_empty() && (kc == 0 || cand.len() < walk.len() * kc))
+    {
+        return Err(drafter_err(format!(
+            "{} proposals of {kc} candidates each with {} candidates and {} scores",
+            walk.len(),
+            cand.len(),
+            scores.len()
+        )));
+    }
+    walk.iter()
+        .enumerate()
+        .map(|(l, &t)| {
+            let (c, sc) = (&cand[l * kc..(l + 1) * kc], &scores[l * kc..(l + 1) * kc]);
+            let lse = crate::util::log_sum_exp(sc);
+            let mut order: Vec<usize> = (0..kc).collect();
+            order.sort_by(|&a, &b| {
+                (c[b] == t)
+                    .cmp(&(c[a] == t))
+                    .then(sc[b].total_cmp(&sc[a]))
+                    .then(a.cmp(&b))
+            });
+            if c[order[0]] != t {
+                return Err(drafter_err(format!(
+                    "position {l}: the walk's token {t} is not among its candidates"
+                )));
+            }
+            Ok(order
+                .into_iter()
+                .take(k.max(1))
+                .map(|i| (c[i], sc[i] - lse))
+                .collect())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_put_the_walk_first_then_rank_by_score() {
+        // Two positions of 3 candidates; the walk took 7 and 4 (7 does not score best here:
+        // the walk's token leads whatever the scores).
+        let cand = [5, 7, 9, 4, 6, 8];
+        let scores = [2.0, 1.0, 3.0, 0.5, 0.5, -1.0];
+        let got = candidates_per_position(&[7, 4], &cand, &scores, 3, 3).unwrap();
+        let toks: Vec<Vec<u32>> = got
+            .iter()
+            .map(|p| p.iter().map(|x| x.0).collect())
+            .collect();
+        assert_eq!(toks, vec![vec![7, 9, 5], vec![4, 6, 8]]);
+        // Log-softmax over each position's candidates.
+        for p in &got {
+            let z: f32 = p.iter().map(|x| x.1.exp()).sum();
+            assert!((z - 1.0).abs() < 1e-5, "{p:?}");
+        }
+        assert!((got[0][0].1 - (1.0 - crate::util::log_sum_exp(&[2.0, 1.0, 3.0]))).abs() < 1e-6);
+        // k caps the list.
+        assert_eq!(
+            candidates_per_position(&[7, 4], &cand, &scores, 3, 1).unwrap()[1].len(),
+            1
+        );
+        // A walk shorter than the block reads only its positions.
+        assert_eq!(
+            candidates_per_position(&[7], &cand, &scores, 3, 3)
+                .unwrap()
+                .len(),
+            1
+        );
+        // A walk token outside its candidates, or shapes that do not match, are errors.
+        assert!(candidates_per_position(&[1, 4], &cand, &scores, 3, 3).is_err());
+        assert!(candidates_per_position(&[7, 4], &cand, &scores[..5], 3, 3).is_err());
+        assert!(candidates_per_position(&[7, 4, 1], &cand, &scores, 3, 3).is_err());
+        assert!(
+            candidates_per_position(&[], &[], &[], 3, 3)
+                .unwrap()
+                .is_empty()
+        );
     }
 }
