@@ -1,4 +1,5 @@
-//! `deltaspec generate --spec …`: flag errors (a drafter is required) and the `--json` fields.
+//! `deltaspec generate --spec …`: flag errors (a drafter is required) and the `--json` fields;
+//! `deltaspec bench spec` with sampling.
 
 mod common;
 
@@ -17,8 +18,12 @@ fn generate(extra: &[&str]) -> std::process::Output {
         "4",
     ];
     args.extend_from_slice(extra);
+    deltaspec(&args)
+}
+
+fn deltaspec(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_deltaspec"))
-        .args(&args)
+        .args(args)
         .output()
         .unwrap()
 }
@@ -75,10 +80,7 @@ fn bench_spec(extra: &[&str]) -> std::process::Output {
         "0",
     ];
     args.extend_from_slice(extra);
-    Command::new(env!("CARGO_BIN_EXE_deltaspec"))
-        .args(&args)
-        .output()
-        .unwrap()
+    deltaspec(&args)
 }
 
 #[test]
