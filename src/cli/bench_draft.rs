@@ -188,7 +188,7 @@ fn batched(
             .map(|f| SeqDraft { feats: f, last: 1 })
             .collect();
         let t = Instant::now();
-        bs.draft(&reqs, false)?;
+        bs.draft(&reqs, Default::default())?;
         Ok(t.elapsed().as_secs_f64())
     };
     step(a.ctx)?;

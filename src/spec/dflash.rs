@@ -81,6 +81,7 @@ pub fn open_any_with(
     if model.cfg.dflash2.is_some() {
         return Ok(Box::new(
             super::dflash2::DFlash2Drafter::new(model, target)?
+                .with_seed(seed)
                 .with_source(path)
                 .with_feature_dtype(opts.feature_dtype),
         ));

@@ -6,21 +6,25 @@
 //! walk. The session is a one-slot [`BatchSession`] held as [`BatchParts`] between calls on the
 //! target's backend (the scheduler's many-request drafting uses `BatchSession` with more slots).
 //!
-//! Sampling (T > 0): the proposals stay the selector's deterministic walk and [`Draft::probs`]
-//! is `None`; the spec loop then treats each proposal as a point mass, which keeps speculative
-//! sampling lossless (it accepts less than drawing from softmax(score/T) would).
+//! Sampling (T > 0): the walk is sampled on the host, `x_l ~ softmax(score(l, x_{l−1}, ·)/T)`
+//! over each position's candidates (drafters.md §4.3), from the selector's inputs the launch
+//! returns ([`DraftExtras::walk_parts`]), and [`Draft::probs`] holds those distributions, so
+//! the spec loop's rejection sampling accepts by `min(1, p/q)` (lossless; a point-mass walk
+//! would accept only by `p(x)`).
 //!
 //! Tree mode ([`Drafter::propose_topk`]): each position's top-k candidates with their selector
 //! scores given the walk's previous proposal, renormalised per position (log-softmax over the
 //! k; drafters.md §4.3), the walk's proposal first, so the tree's seed chain is the walk.
 
 use super::dflash::{new_owner, owns};
+use super::sample::draw;
 use super::{Draft, DraftEnv, DraftRequest, Drafter, Features, SpecError};
 use crate::backend::StatesId;
 use crate::model::Qwen35;
-use crate::model::draft::dflash2::{BatchParts, BatchSession, SeqDraft};
+use crate::model::draft::dflash2::{BatchParts, BatchSession, DraftExtras, SeqDraft, WalkParts};
 use crate::model::draft::{DFlash, FeatureDtype, FeatureRing, context_features};
 use crate::model::session::StepOutput;
+use crate::util::rng::Rng;
 use std::path::Path;
 
 /// Context rows the caches hold at first (they grow by doubling).
@@ -47,6 +51,8 @@ pub struct DFlash2Drafter {
     last_scores: Vec<f32>,
     /// The candidates those scores are for, `[B−1, k]`.
     last_cand: Vec<u32>,
+    /// Draws the sampled walks.
+    rng: Rng,
 }
 
 impl DFlash2Drafter {
@@ -68,6 +74,7 @@ impl DFlash2Drafter {
             source: String::new(),
             last_scores: Vec::new(),
             last_cand: Vec::new(),
+            rng: Rng::new(0xdf1a52),
         })
     }
 
@@ -80,6 +87,12 @@ impl DFlash2Drafter {
     /// Stores the committed context rows as `dtype` (see [`super::dflash`]).
     pub fn with_feature_dtype(mut self, dtype: FeatureDtype) -> Self {
         self.ring = FeatureRing::for_drafter(&self.model.cfg, dtype);
+        self
+    }
+
+    /// Seeds the sampled walks (T > 0).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.rng = Rng::new(seed);
         self
     }
 
@@ -221,6 +234,11 @@ impl Drafter for DFlash2Drafter {
         } else {
             Ok(())
         };
+        let sampled = !req.sampling.is_greedy();
+        let extras = DraftExtras {
+            walk_parts: sampled,
+            ..Default::default()
+        };
         let out = grown
             .and_then(|()| self.ring.read(from, end))
             .and_then(|feats| {
@@ -228,7 +246,7 @@ impl Drafter for DFlash2Drafter {
                     feats: &feats,
                     last: req.root,
                 };
-                s.draft(&[req_one], false)
+                s.draft(&[req_one], extras)
             });
         self.parts = Some(s.into_parts());
         let mut out = out?;
@@ -238,7 +256,32 @@ impl Drafter for DFlash2Drafter {
         self.last_scores = one.scores;
         self.last_cand = one.cand;
         let n = req.max.min(bsz - 1).min(one.tokens.len());
-        Ok(Draft::greedy(one.tokens[..n].to_vec()))
+        if !sampled {
+            return Ok(Draft::greedy(one.tokens[..n].to_vec()));
+        }
+        let parts = one
+            .walk
+            .ok_or_else(|| drafter_err("the launch returned no selector inputs"))?;
+        let kc = self
+            .model
+            .cfg
+            .dflash2
+            .as_ref()
+            .map_or(0, |d| d.selector_top_k);
+        let vocab = env.target.cfg.vocab;
+        let (tokens, q) = sampled_walk(
+            &parts,
+            &self.last_cand,
+            kc,
+            n,
+            req.sampling.temperature,
+            vocab,
+            &mut self.rng,
+        )?;
+        Ok(Draft {
+            tokens,
+            probs: Some(q),
+        })
     }
 
     fn propose_topk(
@@ -256,6 +299,71 @@ impl Drafter for DFlash2Drafter {
             .map_or(0, |d| d.selector_top_k);
         candidates_per_position(&walk, &self.last_cand, &self.last_scores, kc, k)
     }
+}
+
+/// The selector's walk over `n` positions, sampled: `x_l ~ softmax(score(l, x_{l−1}, ·) / t)`
+/// over position l's `kc` candidates `cand`, with `x_{−1}` the seed. Returns the tokens and,
+/// per position, the distribution its token was drawn from as a `vocab` row (zero outside the
+/// candidates).
+fn sampled_walk(
+    w: &WalkParts,
+    cand: &[u32],
+    kc: usize,
+    n: usize,
+    t: f32,
+    vocab: usize,
+    rng: &mut Rng,
+) -> Result<(Vec<u32>, Vec<f32>), SpecError> {
+    let rank = w.seed_pred.len();
+    let positions = cand.len().checked_div(kc).unwrap_or(0);
+    let fits = kc > 0
+        && rank > 0
+        && n <= positions
+        && w.unary.len() == positions * kc
+        && w.hp.len() == positions * rank
+        && w.succ.len() == positions * kc * rank
+        && w.pred.len() == positions * kc * rank
+        && cand.iter().all(|&c| (c as usize) < vocab);
+    if !fits || t.is_nan() || t <= 0.0 {
+        return Err(drafter_err(format!(
+            "sampled walk: {n} of {positions} positions, {kc} candidates, rank {rank}, \
+             temperature {t}, selector inputs {}/{}/{}/{}",
+            w.unary.len(),
+            w.hp.len(),
+            w.succ.len(),
+            w.pred.len()
+        )));
+    }
+    let mut tokens = Vec::with_capacity(n);
+    let mut q = vec![0.0f32; n * vocab];
+    let mut prev: &[f32] = &w.seed_pred;
+    for l in 0..n {
+        let hp = &w.hp[l * rank..(l + 1) * rank];
+        let scores: Vec<f64> = (0..kc)
+            .map(|j| {
+                let succ = &w.succ[(l * kc + j) * rank..][..rank];
+                let bil: f64 = (0..rank)
+                    .map(|r| f64::from(prev[r]) * f64::from(hp[r]) * f64::from(succ[r]))
+                    .sum();
+                f64::from(w.unary[l * kc + j]) + bil
+            })
+            .collect();
+        let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = scores
+            .iter()
+            .map(|&x| ((x - m) / f64::from(t)).exp())
+            .collect();
+        let z: f64 = e.iter().sum();
+        let probs: Vec<f32> = e.iter().map(|&x| (x / z) as f32).collect();
+        let j = draw(&probs, rng) as usize;
+        let row = &mut q[l * vocab..(l + 1) * vocab];
+        for (i, &p) in probs.iter().enumerate() {
+            row[cand[l * kc + i] as usize] += p;
+        }
+        tokens.push(cand[l * kc + j]);
+        prev = &w.pred[(l * kc + j) * rank..][..rank];
+    }
+    Ok((tokens, q))
 }
 
 /// Per position of the walk: its candidates as (token, log-softmax of the selector score over
@@ -347,5 +455,70 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// Two positions, 3 candidates, rank 2.
+    fn parts() -> (WalkParts, Vec<u32>) {
+        let w = WalkParts {
+            unary: vec![1.0, 0.5, 0.0, 0.2, 0.1, 0.0],
+            hp: vec![1.0, -1.0, 0.5, 2.0],
+            succ: vec![1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 2.0, 0.0, 0.0, 2.0, 1.0, 1.0],
+            pred: vec![1.0, 1.0, 0.0, 3.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            seed_pred: vec![0.0, 2.0],
+        };
+        (w, vec![10, 11, 12, 20, 21, 22])
+    }
+
+    /// score(l, prev, j) written out for the test.
+    fn score(w: &WalkParts, l: usize, prev: &[f32], j: usize) -> f64 {
+        let bil: f64 = (0..2)
+            .map(|r| f64::from(prev[r] * w.hp[l * 2 + r] * w.succ[(l * 3 + j) * 2 + r]))
+            .sum();
+        f64::from(w.unary[l * 3 + j]) + bil
+    }
+
+    #[test]
+    fn sampled_walk_draws_from_the_scores_it_reports() {
+        let (w, cand) = parts();
+        let vocab = 32;
+        let mut rng = Rng::new(2);
+        let n = 60_000;
+        let mut first = [0usize; 3];
+        for _ in 0..n {
+            let (toks, q) = sampled_walk(&w, &cand, 3, 2, 0.7, vocab, &mut rng).unwrap();
+            // Each row is a distribution on the position's candidates holding its token.
+            for (l, row) in q.chunks(vocab).enumerate() {
+                let z: f32 = row.iter().sum();
+                assert!((z - 1.0).abs() < 1e-5);
+                assert!(
+                    row.iter()
+                        .enumerate()
+                        .all(|(i, &p)| p == 0.0 || cand[l * 3..l * 3 + 3].contains(&(i as u32)))
+                );
+                assert!(row[toks[l] as usize] > 0.0);
+            }
+            first[(toks[0] - 10) as usize] += 1;
+        }
+        // Position 0 from the seed: softmax(score / 0.7).
+        let s: Vec<f64> = (0..3)
+            .map(|j| score(&w, 0, &w.seed_pred, j) / 0.7)
+            .collect();
+        let z: f64 = s.iter().map(|x| x.exp()).sum();
+        for j in 0..3 {
+            let f = first[j] as f64 / n as f64;
+            let p = s[j].exp() / z;
+            assert!((f - p).abs() < 0.01, "candidate {j}: {f:.4} vs {p:.4}");
+        }
+        // Cold: the argmax walk, position 1 scored from position 0's pick.
+        let (toks, _) = sampled_walk(&w, &cand, 3, 2, 1e-6, vocab, &mut rng).unwrap();
+        let best =
+            |sc: &dyn Fn(usize) -> f64| (0..3).max_by(|&a, &b| sc(a).total_cmp(&sc(b))).unwrap();
+        let j0 = best(&|j| score(&w, 0, &w.seed_pred, j));
+        let j1 = best(&|j| score(&w, 1, &w.pred[j0 * 2..j0 * 2 + 2], j));
+        assert_eq!(toks, vec![cand[j0], cand[3 + j1]]);
+        // Bad inputs are errors.
+        assert!(sampled_walk(&w, &cand, 3, 3, 0.7, vocab, &mut rng).is_err());
+        assert!(sampled_walk(&w, &cand, 3, 2, 0.0, vocab, &mut rng).is_err());
+        assert!(sampled_walk(&w, &cand, 3, 2, 0.7, 16, &mut rng).is_err());
     }
 }

@@ -41,9 +41,21 @@ pub struct BatchShape {
     pub tc: usize,
     /// Cache rows per sequence.
     pub cap: usize,
-    /// Whether to output the full `draft_logits [N·(B−1), vocab]` (checks and the CLI; the
-    /// spec loop needs only the selector's tokens).
+    /// Optional outputs.
+    pub extras: DraftExtras,
+}
+
+/// Optional outputs of a draft launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DraftExtras {
+    /// The full `draft_logits [N·(B−1), vocab]` (checks and the CLI; the spec loop needs only
+    /// the selector's tokens).
     pub logits: bool,
+    /// The selector's inputs, so the host can score any predecessor (a sampled walk):
+    /// `selector_unary [N·(B−1), k]`, `selector_hp [N·(B−1), rank]`, `selector_succ` and
+    /// `selector_pred [N·(B−1)·k, rank]` (the candidates' codebook rows) and
+    /// `selector_seed_pred [N, rank]`.
+    pub walk_parts: bool,
 }
 
 /// The context K/V cache of drafter layer `layer` for slot `slot`.
@@ -79,6 +91,14 @@ pub struct Selected {
     pub cand: TensorId,
     /// `[N·L, vocab]`: the lm_head logits.
     pub logits: TensorId,
+    /// The walk's inputs: `[N·L, k]` unary scores, `[N·L, rank]` hidden projections, the
+    /// candidates' successor and predecessor codebook rows `[N·L·k, rank]` and the seeds'
+    /// predecessor rows `[N, rank]`.
+    pub unary: TensorId,
+    pub hp: TensorId,
+    pub succ: TensorId,
+    pub pred: TensorId,
+    pub seed_pred: TensorId,
 }
 
 /// The candidate selector (drafters.md §4.3) over `hidden [N·L, H]` (the normed rows the
@@ -116,6 +136,11 @@ pub fn selector(
         scores,
         cand,
         logits,
+        unary,
+        hp,
+        succ,
+        pred,
+        seed_pred: seed_rows,
     })
 }
 
@@ -291,8 +316,15 @@ pub fn draft_graph(
     cx.b.output("draft_tokens", sel.tokens)?;
     cx.b.output("selector_scores", sel.scores)?;
     cx.b.output("selector_cand", sel.cand)?;
-    if shape.logits {
+    if shape.extras.logits {
         cx.b.output("draft_logits", sel.logits)?;
+    }
+    if shape.extras.walk_parts {
+        cx.b.output("selector_unary", sel.unary)?;
+        cx.b.output("selector_hp", sel.hp)?;
+        cx.b.output("selector_succ", sel.succ)?;
+        cx.b.output("selector_pred", sel.pred)?;
+        cx.b.output("selector_seed_pred", sel.seed_pred)?;
     }
     Ok(cx.b.build())
 }

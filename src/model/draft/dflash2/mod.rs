@@ -10,5 +10,5 @@
 pub mod graph;
 mod session;
 
-pub use graph::{BatchShape, Selected, draft_graph, selector, state_decls};
-pub use session::{BatchParts, BatchSession, SeqDraft, SeqOutput};
+pub use graph::{BatchShape, DraftExtras, Selected, draft_graph, selector, state_decls};
+pub use session::{BatchParts, BatchSession, SeqDraft, SeqOutput, WalkParts};

@@ -1,7 +1,7 @@
 //! Several sequences' DFlash2 drafters on one backend: per-slot context caches and committed row
 //! counts, and compiled batched draft graphs cached by their padded context-row count.
 
-use super::graph::{BatchShape, draft_graph, k_cache, state_decls, v_cache};
+use super::graph::{BatchShape, DraftExtras, draft_graph, k_cache, state_decls, v_cache};
 use crate::backend::{Backend, ExecId, HostData, StatesId, WeightStore, WeightsId};
 use crate::model::draft::DFlash;
 use crate::model::{ModelError, Qwen35};
@@ -28,6 +28,24 @@ pub struct SeqOutput {
     pub cand: Vec<u32>,
     /// `[B−1, vocab]` lm_head logits (only when asked for).
     pub logits: Vec<f32>,
+    /// The selector's inputs (only when asked for, [`DraftExtras::walk_parts`]).
+    pub walk: Option<WalkParts>,
+}
+
+/// One sequence's selector inputs: enough to score any predecessor on the host
+/// (drafters.md §4.3: `score(l, prev, c) = unary[l,c] + Σ_r pred[prev][r] · hp_l[r] ·
+/// succ[cand[l,c]][r]`, with `prev` the seed at l = 0, else a candidate of l − 1).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WalkParts {
+    /// `[B−1, k]`.
+    pub unary: Vec<f32>,
+    /// `[B−1, rank]`.
+    pub hp: Vec<f32>,
+    /// `[B−1, k, rank]`: the successor and predecessor codebook rows of each candidate.
+    pub succ: Vec<f32>,
+    pub pred: Vec<f32>,
+    /// `[rank]`: the seed's predecessor row.
+    pub seed_pred: Vec<f32>,
 }
 
 /// A [`BatchSession`] without its backend borrow.
@@ -39,7 +57,7 @@ pub struct BatchParts {
     cap: usize,
     /// Committed context rows per slot.
     n_ctx: Vec<usize>,
-    execs: HashMap<(usize, bool), ExecId>,
+    execs: HashMap<(usize, DraftExtras), ExecId>,
 }
 
 impl BatchParts {
@@ -131,7 +149,11 @@ impl<'a> BatchSession<'a> {
     /// Appends each slot's new rows and drafts a block per slot, all in one launch:
     /// `reqs[s]` is slot s (one request per slot). The block of slot s starts with its `last`
     /// at position `n_ctx(s)` (after the append) and proposes the next `B−1` positions.
-    pub fn draft(&mut self, reqs: &[SeqDraft], logits: bool) -> Result<Vec<SeqOutput>, ModelError> {
+    pub fn draft(
+        &mut self,
+        reqs: &[SeqDraft],
+        extras: DraftExtras,
+    ) -> Result<Vec<SeqOutput>, ModelError> {
         let c = &self.model.cfg;
         let seqs = self.seqs();
         if reqs.len() != seqs {
@@ -166,18 +188,18 @@ impl<'a> BatchSession<'a> {
             rows.push(r.feats.len() / width);
         }
         let tc = bucket(rows.iter().copied().max().unwrap_or(0));
-        let exe = match self.p.execs.get(&(tc, logits)) {
+        let exe = match self.p.execs.get(&(tc, extras)) {
             Some(e) => *e,
             None => {
                 let shape = BatchShape {
                     seqs,
                     tc,
                     cap: self.p.cap,
-                    logits,
+                    extras,
                 };
                 let g = draft_graph(self.model, &self.p.store, shape)?;
                 let e = self.backend.compile(&g)?;
-                self.p.execs.insert((tc, logits), e);
+                self.p.execs.insert((tc, extras), e);
                 e
             }
         };
@@ -249,6 +271,22 @@ impl<'a> BatchSession<'a> {
                 "draft_logits" => {
                     for (s, ch) in t.to_f32()?.chunks(per * self.p.vocab).enumerate() {
                         res[s].logits = ch.to_vec();
+                    }
+                }
+                "selector_unary" | "selector_hp" | "selector_succ" | "selector_pred"
+                | "selector_seed_pred" => {
+                    let v = t.to_f32()?;
+                    let part = v.len() / seqs.max(1);
+                    for (s, ch) in v.chunks(part.max(1)).enumerate().take(seqs) {
+                        let w = res[s].walk.get_or_insert_with(WalkParts::default);
+                        let dst = match name.as_str() {
+                            "selector_unary" => &mut w.unary,
+                            "selector_hp" => &mut w.hp,
+                            "selector_succ" => &mut w.succ,
+                            "selector_pred" => &mut w.pred,
+                            _ => &mut w.seed_pred,
+                        };
+                        *dst = ch.to_vec();
                     }
                 }
                 _ => {}
