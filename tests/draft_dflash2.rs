@@ -467,13 +467,14 @@ const SAMPLING: Sampling = Sampling {
     top_p: 0.9,
 };
 
-#[test]
-fn sampled_walk_is_the_greedy_walk_when_cold_and_reports_its_distribution() {
-    // The host-side walk reads the launch's selector inputs: at a vanishing temperature it
-    // must propose what the launch's own greedy walk proposes (the inputs' layout is right).
-    let (d, g) = drafter_gguf("sampled-walk");
+/// The host-side walk reads the launch's selector inputs: at a vanishing temperature it must
+/// propose what the launch's own greedy walk proposes (the inputs' layout is right).
+fn cold_sampled_walk_is_greedy_on(backend_name: &str) {
+    let Ok(mut be) = backend::create(backend_name) else {
+        return;
+    };
+    let (d, g) = drafter_gguf(&format!("sampled-walk-{backend_name}"));
     let t = Qwen35::load(&fx::target_dir()).unwrap();
-    let mut be = backend::create("cpu").unwrap();
     let mut dr = DFlash2Drafter::open(&g, &t)
         .unwrap()
         .with_capacity(8)
@@ -500,7 +501,7 @@ fn sampled_walk_is_the_greedy_walk_when_cold_and_reports_its_distribution() {
             top_p: 1.0,
         };
         let c = dr.propose(&mut env, &req(cold)).unwrap();
-        assert_eq!(c.tokens, greedy.tokens, "prompt {prompt:?}");
+        assert_eq!(c.tokens, greedy.tokens, "{backend_name} prompt {prompt:?}");
         for warm in [cold, SAMPLING] {
             let w = dr.propose(&mut env, &req(warm)).unwrap();
             let q = w.probs.expect("sampled proposals carry q");
@@ -514,6 +515,16 @@ fn sampled_walk_is_the_greedy_walk_when_cold_and_reports_its_distribution() {
         }
     }
     let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn cold_sampled_walk_is_greedy_on_cpu() {
+    cold_sampled_walk_is_greedy_on("cpu");
+}
+
+#[test]
+fn cold_sampled_walk_is_greedy_on_wgpu() {
+    cold_sampled_walk_is_greedy_on("wgpu");
 }
 
 #[test]
