@@ -528,6 +528,11 @@ fn cold_sampled_walk_is_greedy_on_wgpu() {
 }
 
 #[test]
+fn cold_sampled_walk_is_greedy_on_hip() {
+    cold_sampled_walk_is_greedy_on("hip");
+}
+
+#[test]
 fn sampled_walk_tokens_follow_the_reported_q() {
     // Repeated proposals from one context: position 0's token follows its q row (which depends
     // only on the seed), and position 1's follows the q row reported with it (which depends on
