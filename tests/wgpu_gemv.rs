@@ -501,6 +501,19 @@ fn relaid_weights_match_the_ggml_layout_bit_for_bit() {
                 assert_same_bits(&got, &want, &ctx, "the re-laid weights differ");
             }
         }
+        // Weights split into parts of a few rows (odd block counts: a lone IQ4_XS block, a
+        // short Q8_0 group at each part's end), each part re-laid on its own.
+        let Some(mut split) = gpu_with(WgpuOptions {
+            relayout: Some(vec![t]),
+            max_weight_binding: Some(8 << 10),
+            ..Default::default()
+        }) else {
+            return;
+        };
+        let want = run_on(&mut gpu_with(WgpuOptions::default()).unwrap(), &c, 1).0;
+        let got = run_on(&mut split, &c, 1).0;
+        let ctx = format!("{t}, split into 8 KiB parts");
+        assert_same_bits(&got, &want, &ctx, "the re-laid parts differ");
     }
 }
 
