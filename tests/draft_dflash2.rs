@@ -18,7 +18,6 @@ const LOGITS: DraftExtras = DraftExtras {
     logits: true,
     walk_parts: false,
 };
-use deltaspec::model::qwen35::{GraphOptions, LogitRows};
 use deltaspec::model::{Qwen35, Session};
 use deltaspec::spec::dflash2::DFlash2Drafter;
 use deltaspec::spec::replay::{ReplayDrafter, ReplayProfile};
@@ -610,19 +609,6 @@ fn sampled_walk_tokens_follow_the_reported_q() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// The target's next-token distribution under `SAMPLING` after `tokens`.
-fn next_dist(t: &Qwen35, tokens: &[u32]) -> Vec<f32> {
-    let mut be = backend::create("cpu").unwrap();
-    let mut s = Session::new(t, be.as_mut(), tokens.len()).unwrap();
-    let opts = GraphOptions {
-        logits: LogitRows::Last,
-        argmax: false,
-        capture: Vec::new(),
-        read_logits: true,
-    };
-    SAMPLING.probs(&s.forward(tokens, &opts).unwrap().logits)
-}
-
 #[test]
 fn speculative_sampling_with_the_sampled_walk_matches_plain_sampling() {
     // Chain rounds whose drafts come from the sampled walk (q = its softmax), accepted by
@@ -635,20 +621,7 @@ fn speculative_sampling_with_the_sampled_walk_matches_plain_sampling() {
         let mut s = Session::new(&t, be.as_mut(), prompt.len() + 1).unwrap();
         s.generate_greedy(&prompt, 1, 512, None, |_| {}).unwrap()[0]
     };
-    let mut ctx = prompt.to_vec();
-    ctx.push(root);
-    let mut exp = HashMap::new();
-    for (x1, &a) in next_dist(&t, &ctx).iter().enumerate() {
-        if a > 0.0 {
-            let mut c2 = ctx.clone();
-            c2.push(x1 as u32);
-            for (x2, &b) in next_dist(&t, &c2).iter().enumerate() {
-                if b > 0.0 {
-                    exp.insert((x1 as u32, x2 as u32), f64::from(a) * f64::from(b));
-                }
-            }
-        }
-    }
+    let (_, exp) = common::sampling::pair_dist(&t, &prompt, &SAMPLING);
 
     let mut be = backend::create("cpu").unwrap();
     let mut s = Session::new(&t, be.as_mut(), prompt.len() + 8).unwrap();
@@ -685,8 +658,8 @@ fn speculative_sampling_with_the_sampled_walk_matches_plain_sampling() {
     // the walk's tokens follow its reported q is the test above; the accept rule's own
     // distribution test is in tests/spec_sampling.rs.
     eprintln!("drafts accepted in first rounds: {accepted} of {}", 2 * n);
-    for (what, o, e) in common::views(&obs, &exp) {
-        let (stat, crit, bins) = common::chi_square(&o, &e, n);
+    for (what, o, e) in common::sampling::views(&obs, &exp) {
+        let (stat, crit, bins) = common::sampling::chi_square(&o, &e, n);
         eprintln!("{what}: chi2 {stat:.1} (critical {crit:.1}, {bins} bins)");
         assert!(
             stat < crit,

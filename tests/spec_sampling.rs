@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::{chi_square, fixtures, views};
+use common::fixtures;
+use common::sampling::{chi_square, next_dist, pair_dist, views};
 use deltaspec::backend;
-use deltaspec::model::qwen35::{GraphOptions, LogitRows};
 use deltaspec::model::{Qwen35, Session};
 use deltaspec::spec::sample::generate_sampled;
 use deltaspec::spec::testing::{Corrupt, InjectedDrafter, MixtureDrafter};
@@ -29,24 +29,11 @@ fn model() -> Qwen35 {
     Qwen35::load(&fixtures().join("models/tiny-a")).unwrap()
 }
 
-/// The target's next-token distribution after `tokens`.
-fn next_dist(m: &Qwen35, tokens: &[u32]) -> Vec<f32> {
-    let mut be = backend::create("cpu").unwrap();
-    let mut s = Session::new(m, be.as_mut(), tokens.len()).unwrap();
-    let opts = GraphOptions {
-        logits: LogitRows::Last,
-        argmax: false,
-        capture: Vec::new(),
-        read_logits: true,
-    };
-    SAMPLING.probs(&s.forward(tokens, &opts).unwrap().logits)
-}
-
 #[test]
 fn plain_sampling_matches_the_target_distribution() {
     let m = model();
     let prompt = [17u32, 240, 3, 99, 64];
-    let p = next_dist(&m, &prompt);
+    let p = next_dist(&m, &prompt, &SAMPLING);
     let support = p.iter().filter(|&&x| x > 0.0).count();
     assert!(support > 3, "a degenerate distribution tests nothing");
     let mut be = backend::create("cpu").unwrap();
@@ -114,35 +101,11 @@ fn speculative_pairs(
     (obs, accepted)
 }
 
-/// After the root (the greedy token after `prompt`): the distribution of the next token x1
-/// and the exact joint of (x1, x2), p(x1) · p(x2 | x1).
-fn pair_dist(m: &Qwen35, prompt: &[u32]) -> (Vec<f32>, HashMap<(u32, u32), f64>) {
-    let mut gbe = backend::create("cpu").unwrap();
-    let mut g = Session::new(m, gbe.as_mut(), prompt.len() + 1).unwrap();
-    let root = g.generate_greedy(prompt, 1, 512, None, |_| {}).unwrap()[0];
-    let mut ctx = prompt.to_vec();
-    ctx.push(root);
-    let p1 = next_dist(m, &ctx);
-    let mut exp = HashMap::new();
-    for (x1, &a) in p1.iter().enumerate() {
-        if a > 0.0 {
-            let mut c2 = ctx.clone();
-            c2.push(x1 as u32);
-            for (x2, &b) in next_dist(m, &c2).iter().enumerate() {
-                if b > 0.0 {
-                    exp.insert((x1 as u32, x2 as u32), a as f64 * b as f64);
-                }
-            }
-        }
-    }
-    (p1, exp)
-}
-
 #[test]
 fn speculative_sampling_matches_plain_sampling() {
     let m = model();
     let prompt = [17u32, 240, 3, 99, 64];
-    let (p1, exp) = pair_dist(&m, &prompt);
+    let (p1, exp) = pair_dist(&m, &prompt, &SAMPLING);
 
     eprintln!(
         "support p1 {} joint {}",
@@ -219,7 +182,7 @@ fn tree_pairs(m: &Qwen35, prompt: &[u32], n: usize) -> (HashMap<(u32, u32), usiz
 fn tree_speculative_sampling_matches_plain_sampling() {
     let m = model();
     let prompt = [17u32, 240, 3, 99, 64];
-    let (_, exp) = pair_dist(&m, &prompt);
+    let (_, exp) = pair_dist(&m, &prompt, &SAMPLING);
     let n = 1200;
     let (obs, accepted) = tree_pairs(&m, &prompt, n);
     eprintln!("accepted drafts per first round: {accepted:?}");
