@@ -54,8 +54,10 @@ impl DraftTree {
         }
     }
 
-    /// Lossless tree acceptance for sampling. `p` holds the target's distribution after every
-    /// row (`[rows, vocab]`, the sampling transform applied). At a node with distribution `r`
+    /// Lossless tree acceptance for sampling. `dist(row)` is the target's distribution after
+    /// a row (`vocab` values, the sampling transform applied); it is asked only for the rows
+    /// the walk reaches (a path, not the whole tree: at a 248k vocab a row costs a softmax).
+    /// At a node with distribution `r`
     /// (initially `p` of the node), child `c` (token `t`) is accepted with probability
     /// `r(t) / Σr`; a rejected child's token leaves `r` (`r(t) = 0`) and the next child is
     /// tried. An accepted child becomes the node; when every child is rejected (or the node
@@ -66,22 +68,21 @@ impl DraftTree {
     /// the accepted path of rows (root first) and the bonus.
     pub fn accept_sampled(
         &self,
-        p: &[f32],
+        dist: impl Fn(usize) -> Vec<f32>,
         vocab: usize,
         rng: &mut Rng,
     ) -> Result<(Vec<usize>, u32), SpecError> {
-        if p.len() != self.tokens.len() * vocab {
-            return Err(SpecError::Invalid(format!(
-                "tree accept: {} rows of vocab {vocab} need {} probabilities, got {}",
-                self.tokens.len(),
-                self.tokens.len() * vocab,
-                p.len()
-            )));
-        }
         let mut path = vec![0];
         loop {
             let cur = *path.last().expect("non-empty");
-            let mut r = p[cur * vocab..(cur + 1) * vocab].to_vec();
+            let p = dist(cur);
+            if p.len() != vocab {
+                return Err(SpecError::Invalid(format!(
+                    "tree accept: row {cur}'s distribution holds {} values, the vocabulary {vocab}",
+                    p.len()
+                )));
+            }
+            let mut r = p.clone();
             let mut mass: f64 = r.iter().map(|&x| f64::from(x)).sum();
             let mut next = None;
             for c in self.children(cur) {
@@ -109,7 +110,7 @@ impl DraftTree {
                     let bonus = if r.iter().any(|&x| x > 0.0) {
                         draw(&r, rng)
                     } else {
-                        draw(&p[cur * vocab..(cur + 1) * vocab], rng)
+                        draw(&p, rng)
                     };
                     return Ok((path, bonus));
                 }
@@ -275,12 +276,15 @@ pub fn tree_round_with(
         Accept::Greedy => tree.accept(&out.argmax),
         Accept::Sample { sampling, rng } => {
             let vocab = s.model().cfg.vocab;
-            let p: Vec<f32> = out
-                .logits
-                .chunks(vocab)
-                .flat_map(|row| sampling.probs(row))
-                .collect();
-            tree.accept_sampled(&p, vocab, rng)?
+            if out.logits.len() != tree.tokens.len() * vocab {
+                return Err(SpecError::Invalid(format!(
+                    "tree verify returned {} logits for {} rows of vocab {vocab}",
+                    out.logits.len(),
+                    tree.tokens.len()
+                )));
+            }
+            let row = |r: usize| sampling.probs(&out.logits[r * vocab..(r + 1) * vocab]);
+            tree.accept_sampled(row, vocab, rng)?
         }
     };
     s.commit_tree(&path)?;
@@ -418,7 +422,7 @@ mod tests {
         let mut rng = Rng::new(5);
         let mut got = std::collections::HashMap::new();
         for _ in 0..n {
-            let (path, bonus) = t.accept_sampled(&p, 5, &mut rng).unwrap();
+            let (path, bonus) = t.accept_sampled(|r| row(r).to_vec(), 5, &mut rng).unwrap();
             let mut e: Vec<u32> = path[1..].iter().map(|&r| t.tokens[r]).collect();
             e.push(bonus);
             *got.entry(e).or_insert(0usize) += 1;
@@ -450,14 +454,17 @@ mod tests {
         };
         let mut rng = Rng::new(1);
         for argmax in [[1u32, 0, 4, 2], [3, 0, 0, 2], [4, 1, 1, 1], [1, 2, 0, 0]] {
-            let got = t.accept_sampled(&one_hot(&argmax), 5, &mut rng).unwrap();
+            let p = one_hot(&argmax);
+            let got = t
+                .accept_sampled(|r| p[r * 5..r * 5 + 5].to_vec(), 5, &mut rng)
+                .unwrap();
             assert_eq!(got, t.accept(&argmax), "argmax {argmax:?}");
         }
-        assert!(t.accept_sampled(&[0.2; 5], 5, &mut rng).is_err());
+        assert!(t.accept_sampled(|_| vec![0.2; 4], 5, &mut rng).is_err());
         let bad = DraftTree {
             tokens: vec![0, 7],
             parents: vec![-1, 0],
         };
-        assert!(bad.accept_sampled(&[0.2; 10], 5, &mut rng).is_err());
+        assert!(bad.accept_sampled(|_| vec![0.2; 5], 5, &mut rng).is_err());
     }
 }
