@@ -159,7 +159,10 @@ pub struct WeightKernels {
 /// `key` with the flags of `w` that concern the weight types it decodes.
 pub fn specialize(key: ShaderKey, w: &WeightKernels) -> ShaderKey {
     let mut key = with_vec4_layouts(key, &w.relaid);
+    // Only int8 GEMVs (Q8) splice the int8 item the lookup lives in: other kernels keep one
+    // pipeline whatever the lookup.
     if let Some(f) = w.iq4_lookup.flag()
+        && key.flags.contains(&"Q8")
         && key.dequant.iter().any(|d| d.1 == DType::Iq4Xs)
     {
         key.flags.push(f);
