@@ -142,3 +142,79 @@ fn generate_json_and_info() {
     assert!(s.contains("pattern:     LLLA"), "{s}");
     assert!(s.contains("nk 2 nv 4"), "{s}");
 }
+
+/// `bench kernels`: the CPU backend has no compiler statistics (a one-line error); wgpu either
+/// lists the decode step's pipelines with their statistics or, where the driver lacks
+/// VK_KHR_pipeline_executable_properties (lavapipe in Mesa 22), says so in one line; hip lists
+/// the kernels it loaded (the CPU emulator reports no attributes; NVIDIA's driver registers).
+#[test]
+fn bench_kernels_lists_the_step_kernels_or_says_why_not() {
+    let model = fixtures().join("models/tiny-a/model-q8_0.gguf");
+    let model = model.to_str().unwrap();
+    let args = |backend: &'static str| {
+        [
+            "bench",
+            "kernels",
+            "--model",
+            model,
+            "--backend",
+            backend,
+            "--rows",
+            "1,3",
+            "--json",
+        ]
+    };
+    assert_one_line_error(&deltaspec(&args("cpu")), "no compiler statistics");
+
+    let out = deltaspec(&args("wgpu"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kernels = v["kernels"].as_array().unwrap();
+        let gemv: Vec<_> = kernels
+            .iter()
+            .filter(|k| k["kernel"].as_str().unwrap().starts_with("matmul"))
+            .collect();
+        assert!(!gemv.is_empty(), "{v}");
+        for k in gemv {
+            assert!(k["threads"].as_u64().unwrap() >= 32, "{k}");
+            assert!(!k["stats"].as_object().unwrap().is_empty(), "{k}");
+        }
+    } else {
+        assert!(
+            !common::require_gpu(),
+            "the GPU machine's driver has the extension: {err}"
+        );
+        if err.contains("kernel_stats") {
+            assert_one_line_error(
+                &out,
+                "the driver lacks VK_KHR_pipeline_executable_properties",
+            );
+        } else {
+            eprintln!("skipped wgpu (no adapter): {err}");
+        }
+    }
+
+    if common::open_hip("bench_kernels").is_some() {
+        let out = deltaspec(&args("hip"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let names: Vec<&str> = v["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kernel"].as_str().unwrap())
+            .collect();
+        assert!(names.iter().any(|n| n.contains("rms_norm")), "{names:?}");
+        assert!(names.iter().any(|n| n.starts_with("argmax")), "{names:?}");
+        if common::require_gpu() {
+            for k in v["kernels"].as_array().unwrap() {
+                assert!(k["stats"]["registers"].as_f64().unwrap() > 0.0, "{k}");
+            }
+        }
+    }
+}

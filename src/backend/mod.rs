@@ -224,6 +224,28 @@ pub trait Backend {
             msg: "no dispatch probe on this backend".into(),
         })
     }
+
+    /// The driver compiler's statistics (registers, code size, ...) of every kernel the backend
+    /// has compiled so far, for `deltaspec bench kernels`.
+    fn kernel_stats(&mut self) -> Result<Vec<KernelStats>, BackendError> {
+        Err(BackendError::Unsupported {
+            backend: self.name(),
+            op: "kernel_stats".into(),
+            msg: "no compiler statistics on this backend".into(),
+        })
+    }
+}
+
+/// What the driver's compiler reports of one kernel, under the driver's own names (NVIDIA:
+/// "Register Count", "Binary Size"; Mesa: instruction and register counts per stage).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelStats {
+    /// The kernel and its specialisation (for wgpu the shader key).
+    pub kernel: String,
+    /// Threads per workgroup / block, where known.
+    pub threads: Option<u32>,
+    /// (statistic, value); booleans are 0 / 1.
+    pub stats: Vec<(String, f64)>,
 }
 
 /// The profiling key of a node: its op, and for weight ops the weight's type and shape.

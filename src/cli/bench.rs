@@ -15,6 +15,9 @@ pub enum Which {
     Bandwidth(BandwidthArgs),
     /// What a dispatch costs besides its work: chains of near-empty launches (wgpu).
     Dispatch(DispatchArgs),
+    /// The driver compiler's statistics (registers, code size, ...) of every kernel a decode
+    /// step at the given widths compiles (wgpu: VK_KHR_pipeline_executable_properties).
+    Kernels(KernelsArgs),
     /// Speculative vs plain greedy decode from the same prompt in the same run: tok/s of both,
     /// mean accepted length, draft/verify/rollback time split (`--replay-profile`: REPLAY).
     Spec(Box<super::bench_spec::Args>),
@@ -65,11 +68,28 @@ pub struct DispatchArgs {
     pub json: bool,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct KernelsArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, default_value = "wgpu")]
+    pub backend: String,
+    /// Step widths whose graphs are compiled (1: decode; 8, 16: verify-sized steps).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub rows: Vec<usize>,
+    /// Only kernels whose name contains this.
+    #[arg(long)]
+    pub filter: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub fn run(w: &Which) -> anyhow::Result<()> {
     match w {
         Which::Decode(a) => decode(a),
         Which::Bandwidth(a) => bandwidth(a),
         Which::Dispatch(a) => dispatch(a),
+        Which::Kernels(a) => kernels(a),
         Which::Spec(a) => super::bench_spec::run(a),
         Which::Draft(a) => super::bench_draft::run(a),
     }
@@ -110,6 +130,67 @@ fn dispatch(a: &DispatchArgs) -> anyhow::Result<()> {
         println!("{}: chains of {} dispatches", be.name(), a.count);
         for (k, s) in &costs {
             println!("  {:>9.2} us  {k}", s * 1e6);
+        }
+    }
+    Ok(())
+}
+
+fn kernels(a: &KernelsArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !a.rows.is_empty() && a.rows.iter().all(|&r| r >= 1),
+        "--rows needs widths of at least 1"
+    );
+    let mut be = backend::create(&a.backend)?;
+    let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
+    let name = be.name();
+    let ctx = 2 * a.rows.iter().sum::<usize>() + 2;
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: Vec::new(),
+        read_logits: false,
+    };
+    {
+        // One step at each width compiles its graph, so every kernel it runs is built.
+        let mut s = Session::new(&m, be.as_mut(), ctx)?;
+        for &r in &a.rows {
+            s.forward(&vec![1; r], &opts)?;
+        }
+    }
+    let mut stats = be.kernel_stats()?;
+    if let Some(f) = &a.filter {
+        stats.retain(|k| k.kernel.contains(f.as_str()));
+    }
+    if a.json {
+        let rows: Vec<_> = stats
+            .iter()
+            .map(|k| {
+                let st: serde_json::Map<String, serde_json::Value> = k
+                    .stats
+                    .iter()
+                    .map(|(n, v)| (n.clone(), serde_json::json!(v)))
+                    .collect();
+                serde_json::json!({"kernel": k.kernel, "threads": k.threads, "stats": st})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"backend": name, "rows": a.rows, "kernels": rows})
+        );
+    } else {
+        println!("{name}: {} kernels (step widths {:?})", stats.len(), a.rows);
+        for k in &stats {
+            let threads = k
+                .threads
+                .map(|t| format!(" [{t} threads]"))
+                .unwrap_or_default();
+            println!("{}{threads}", k.kernel);
+            let line: Vec<String> = k.stats.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            if line.is_empty() {
+                println!("    (the driver reported no statistics)");
+            } else {
+                println!("    {}", line.join("  "));
+            }
         }
     }
     Ok(())

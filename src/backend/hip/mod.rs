@@ -1320,6 +1320,33 @@ impl Backend for HipBackend {
         Ok(outs)
     }
 
+    fn kernel_stats(&mut self) -> Result<Vec<crate::backend::KernelStats>, BackendError> {
+        let mut funcs: Vec<(String, Handle)> = self
+            .funcs
+            .borrow()
+            .iter()
+            .map(|(n, f)| (n.clone(), *f))
+            .collect();
+        funcs.sort_by(|a, b| a.0.cmp(&b.0));
+        funcs
+            .into_iter()
+            .map(|(kernel, f)| {
+                let attrs = self
+                    .drv
+                    .function_attributes(f)
+                    .map_err(|e| self.dev_err(format!("{kernel}: {e}")))?;
+                Ok(crate::backend::KernelStats {
+                    kernel,
+                    threads: None,
+                    stats: attrs
+                        .into_iter()
+                        .map(|(n, v)| (n.to_string(), v as f64))
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
     fn copy_bandwidth(&mut self, bytes: usize) -> Result<f64, BackendError> {
         let n = align_up(bytes.max(1 << 20));
         let a = self.alloc(n)?;

@@ -16,6 +16,7 @@ mod matmul;
 mod probe;
 mod relayout;
 pub mod shaders;
+mod stats;
 mod timing;
 
 use super::{
@@ -1185,6 +1186,11 @@ impl Backend for WgpuBackend {
             out.push((name.clone(), HostTensor::from_bytes(t.dtype, &t.shape, b)));
         }
         Ok(out)
+    }
+
+    fn kernel_stats(&mut self) -> Result<Vec<crate::backend::KernelStats>, BackendError> {
+        let keys: Vec<ShaderKey> = self.pipes.keys().cloned().collect();
+        stats::kernel_stats(&self.gpu.device, &keys, self.gpu.subgroups)
     }
 
     fn dispatch_costs(&mut self, count: usize) -> Result<Vec<(String, f64)>, BackendError> {

@@ -695,16 +695,24 @@ pub fn qk_prep_key(hd: u32, qw: DType, kw: DType) -> ShaderKey {
 
 /// Parses and validates a source with naga; returns the module for reflection.
 pub fn validate(src: &str, subgroups: bool) -> Result<naga::Module, String> {
+    validate_info(src, subgroups).map(|(m, _)| m)
+}
+
+/// [`validate`], also returning naga's analysis (what its SPIR-V writer takes).
+pub fn validate_info(
+    src: &str,
+    subgroups: bool,
+) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
     use naga::valid::{Capabilities, ValidationFlags, Validator};
     let module = naga::front::wgsl::parse_str(src).map_err(|e| e.emit_to_string(src))?;
     let mut caps = Capabilities::empty();
     if subgroups {
         caps |= Capabilities::SUBGROUP;
     }
-    Validator::new(ValidationFlags::all(), caps)
+    let info = Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .map_err(|e| e.emit_to_string(src))?;
-    Ok(module)
+    Ok((module, info))
 }
 
 #[cfg(test)]

@@ -210,6 +210,12 @@ CUresult cuModuleGetFunction(Ptr* f, Ptr, const char* name) {
     }
     return 500;  // CUDA_ERROR_NOT_FOUND
 }
+// The emulation compiles nothing for a device, so it has no registers, spills or static shared
+// sizes to report: every attribute is CUDA_ERROR_NOT_SUPPORTED (the backend leaves it out).
+CUresult cuFuncGetAttribute(int* v, int, Ptr) {
+    *v = 0;
+    return 801;
+}
 // `__shared__` is function-static storage in the emulation, so launches from different host
 // threads (tests run in parallel, each with its own backend) must not overlap.
 static std::mutex launch_lock;

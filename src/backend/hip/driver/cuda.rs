@@ -46,6 +46,9 @@ struct LaunchConfig {
 type LaunchKernelEx =
     unsafe extern "C" fn(*const LaunchConfig, Ptr, *mut *mut c_void, *mut *mut c_void) -> Res;
 
+/// `cuFuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction f)`.
+type FuncGetAttribute = unsafe extern "C" fn(*mut i32, i32, Ptr) -> Res;
+
 /// The graph entry points (CUDA >= 11.4), resolved separately: a driver without them still runs,
 /// launching directly.
 #[allow(non_snake_case)]
@@ -125,6 +128,9 @@ pub struct Cuda {
     f: Fns,
     g: Option<GraphFns>,
     launch_ex: Option<LaunchKernelEx>,
+    /// `cuFuncGetAttribute`, resolved separately (the CPU emulator has it too, but a stand-in
+    /// without it still runs).
+    func_attr: Option<FuncGetAttribute>,
     /// Launch with programmatic stream serialization (see `enable_programmatic_launch`).
     pdl: std::cell::Cell<bool>,
     dev: i32,
@@ -184,10 +190,13 @@ impl Cuda {
         let g = unsafe { GraphFns::load(&lib) }.ok();
         // SAFETY: cuda.h's declaration of cuLaunchKernelEx (LaunchConfig mirrors CUlaunchConfig).
         let launch_ex = unsafe { symbol::<LaunchKernelEx>(&lib, "cuLaunchKernelEx") }.ok();
+        // SAFETY: cuda.h's declaration of cuFuncGetAttribute; stored next to `lib`.
+        let func_attr = unsafe { symbol::<FuncGetAttribute>(&lib, "cuFuncGetAttribute") }.ok();
         let mut d = Cuda {
             f,
             g,
             launch_ex,
+            func_attr,
             pdl: std::cell::Cell::new(false),
             dev: 0,
             ctx: std::ptr::null_mut(),
@@ -398,6 +407,18 @@ impl Driver for Cuda {
             &format!("cuModuleGetFunction({name})"),
         )?;
         Ok(Handle(f as usize))
+    }
+    fn function_attributes(&self, function: Handle) -> Result<Vec<(&'static str, i32)>, String> {
+        let get = self
+            .func_attr
+            .ok_or("the driver has no cuFuncGetAttribute")?;
+        self.bind()?;
+        super::query_attributes(
+            // SAFETY: `function` came from `function` on a module still loaded; `v` is a live
+            // int the call writes.
+            |v, attr| unsafe { get(v, attr, function.0 as Ptr) },
+            |e| self.check(e, "cuFuncGetAttribute"),
+        )
     }
     unsafe fn launch(
         &self,

@@ -34,6 +34,19 @@ impl Api {
     }
 }
 
+/// Function attributes both APIs number alike (`CUfunction_attribute`, `hipFunction_attribute`),
+/// with the names `deltaspec bench kernels` prints.
+pub const FUNC_ATTRS: &[(&str, i32)] = &[
+    ("registers", 4),
+    ("local bytes", 3),
+    ("static shared bytes", 1),
+    ("max threads per block", 0),
+];
+
+/// The driver's "not supported" code for an attribute (CUDA_ERROR_NOT_SUPPORTED,
+/// hipErrorNotSupported): the attribute is left out rather than failing the query.
+pub(crate) const ATTR_NOT_SUPPORTED: i32 = 801;
+
 /// The operations the backend needs. All work is issued on the driver's one created stream (never
 /// the legacy default stream, which cannot be captured), in order.
 pub trait Driver {
@@ -83,6 +96,14 @@ pub trait Driver {
     fn event_elapsed_ms(&self, start: Handle, end: Handle) -> Result<f32, String>;
     fn event_destroy(&self, event: Handle) -> Result<(), String>;
 
+    /// The compiled function's resources ([`FUNC_ATTRS`] the driver reports: registers per
+    /// thread, local (spill) bytes per thread, ...), from the code the driver loaded, which on
+    /// NVIDIA is its own compilation of our PTX.
+    fn function_attributes(&self, function: Handle) -> Result<Vec<(&'static str, i32)>, String> {
+        let _ = function;
+        Err("this driver reports no function attributes".into())
+    }
+
     /// Lets every later launch start while the previous kernel in the stream still runs
     /// (NVIDIA's programmatic dependent launch), where the driver and GPU support it; returns
     /// whether it is on. Only for kernels that begin with `grid_begin` (hip/common.h) in the
@@ -118,6 +139,24 @@ pub trait Driver {
         let _ = exec;
         Err("graph capture is not supported by this driver".into())
     }
+}
+
+/// [`Driver::function_attributes`] over one API's `FuncGetAttribute(int*, attr, func)`: codes
+/// other than success and "not supported" are errors, named by `check`.
+pub(crate) fn query_attributes(
+    get: impl Fn(&mut i32, i32) -> i32,
+    check: impl Fn(i32) -> Result<(), String>,
+) -> Result<Vec<(&'static str, i32)>, String> {
+    let mut out = Vec::new();
+    for &(name, attr) in FUNC_ATTRS {
+        let mut v = 0;
+        match get(&mut v, attr) {
+            0 => out.push((name, v)),
+            ATTR_NOT_SUPPORTED => {}
+            e => check(e)?,
+        }
+    }
+    Ok(out)
 }
 
 /// Opens the first device of one API, or says why it is unavailable.

@@ -90,6 +90,9 @@ struct Fns {
 pub struct Rocm {
     f: Fns,
     g: Option<GraphFns>,
+    /// `hipFuncGetAttribute(int* value, hipFunction_attribute attrib, hipFunction_t f)`,
+    /// resolved separately: a runtime without it still runs.
+    func_attr: Option<unsafe extern "C" fn(*mut i32, i32, Ptr) -> Err>,
     stream: Ptr,
     modules: std::cell::RefCell<Vec<Ptr>>,
     name: String,
@@ -138,9 +141,12 @@ impl Rocm {
         };
         // SAFETY: as above (hip_runtime_api.h's declarations); stored next to `lib`.
         let g = unsafe { GraphFns::load(&lib) }.ok();
+        // SAFETY: hip_runtime_api.h's declaration of hipFuncGetAttribute; stored next to `lib`.
+        let func_attr = unsafe { symbol(&lib, "hipFuncGetAttribute") }.ok();
         let mut d = Rocm {
             f,
             g,
+            func_attr,
             stream: std::ptr::null_mut(),
             modules: Default::default(),
             name: String::new(),
@@ -291,6 +297,17 @@ impl Driver for Rocm {
             &format!("hipModuleGetFunction({name})"),
         )?;
         Ok(Handle(f as usize))
+    }
+    fn function_attributes(&self, function: Handle) -> Result<Vec<(&'static str, i32)>, String> {
+        let get = self
+            .func_attr
+            .ok_or("the HIP runtime has no hipFuncGetAttribute")?;
+        super::query_attributes(
+            // SAFETY: `function` came from `function` on a module still loaded; `v` is a live
+            // int the call writes.
+            |v, attr| unsafe { get(v, attr, function.0 as Ptr) },
+            |e| self.check(e, "hipFuncGetAttribute"),
+        )
     }
     unsafe fn launch(
         &self,
