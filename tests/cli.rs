@@ -218,3 +218,43 @@ fn bench_kernels_lists_the_step_kernels_or_says_why_not() {
         }
     }
 }
+
+/// `bench prefill`: one timed run per repetition, each of the whole prompt in chunks; bad sizes
+/// are one-line errors.
+#[test]
+fn bench_prefill_times_each_repetition() {
+    let model = fixtures().join("models/tiny-a/model-q8_0.gguf");
+    let model = model.to_str().unwrap();
+    let base = ["bench", "prefill", "--model", model, "--backend", "cpu"];
+    let out = deltaspec(
+        &[
+            &base[..],
+            &["-p", "23", "--chunk", "8", "-r", "2", "--json"],
+        ]
+        .concat(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["prompt_tokens"], 23);
+    let secs = v["seconds"].as_array().unwrap();
+    assert_eq!(secs.len(), 2);
+    let mean_tps = secs.iter().map(|s| 23.0 / s.as_f64().unwrap()).sum::<f64>() / 2.0;
+    let tps = v["tokens_per_second"].as_f64().unwrap();
+    assert!(
+        (tps - mean_tps).abs() <= 1e-9 * mean_tps,
+        "{tps} vs {mean_tps}"
+    );
+    assert_one_line_error(&deltaspec(&[&base[..], &["-p", "0"]].concat()), "--prompt");
+    // Three chunks, the last one short.
+    let out = deltaspec(&[&base[..], &["-p", "300", "--chunk", "128", "-r", "1"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pp300"));
+}

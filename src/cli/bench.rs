@@ -11,6 +11,9 @@ use std::time::Instant;
 pub enum Which {
     /// Decode tokens/s, bytes per token and the ratio to the bandwidth roofline.
     Decode(DecodeArgs),
+    /// Prompt processing: tokens/s of a `-p`-token prompt from an empty context (llama-bench's
+    /// pp512).
+    Prefill(super::bench_prefill::Args),
     /// Device copy bandwidth.
     Bandwidth(BandwidthArgs),
     /// What a dispatch costs besides its work: chains of near-empty launches (wgpu).
@@ -87,6 +90,7 @@ pub struct KernelsArgs {
 pub fn run(w: &Which) -> anyhow::Result<()> {
     match w {
         Which::Decode(a) => decode(a),
+        Which::Prefill(a) => super::bench_prefill::run(a),
         Which::Bandwidth(a) => bandwidth(a),
         Which::Dispatch(a) => dispatch(a),
         Which::Kernels(a) => kernels(a),

@@ -5,6 +5,7 @@
 mod backends;
 mod bench;
 mod bench_draft;
+mod bench_prefill;
 mod bench_spec;
 mod convert;
 mod draft;

@@ -28,4 +28,12 @@ for i in 1 2; do
   timeout 150 $lb -m $w/m.gguf -fa 1 -ngl 99 -p 16 -n 64 -r 2 2>&1 | grep -E "tg64|pp16" | sed "s/^/[llama $i] /"
   timeout 60 $ds bench decode --model $w/m.gguf --backend hip:cuda -n 64 --bw-mib 2048 2>&1 | grep -E "decode:|roofline|bandwidth" | sed "s/^/[deltaspec $i] /"
 done
+# Prompt processing (llama-bench pp512; ours the same 512 tokens in one chunk): the default lowering
+# (prompts wider than 64 rows take the f32 tiled kernel) and the int8 GEMV / matrix-core path at
+# every width (DELTASPEC_HIP_GEMV_MAX_N=512).
+timeout 150 $lb -m $w/m.gguf -fa 1 -ngl 99 -p 512 -n 0 -r 3 2>&1 | grep -E "pp512" | sed "s/^/[llama] /"
+for cfg in - DELTASPEC_HIP_GEMV_MAX_N=512; do
+  s=(); [ "$cfg" != "-" ] && s=($cfg)
+  env "${s[@]}" timeout 120 $ds bench prefill --model $w/m.gguf --backend hip:cuda -p 512 -r 3 2>&1 | grep -E "prefill:" | sed "s/^/[deltaspec $cfg] /"
+done
 echo "all done t=$((SECONDS-t0))"
