@@ -253,6 +253,51 @@ fn gemv_int8_rows_do_not_depend_on_the_batch() {
 }
 
 #[test]
+fn prefill_widths_on_the_int8_path_equal_their_decode() {
+    // With the int8 path widened past 64 rows (`DELTASPEC_WGPU_INT8_MAX_N`, the prefill A/B),
+    // a 90-row input runs as several GEMV dispatches over one quantization; each row must still
+    // be its 1-row decode, bit for bit.
+    let k = 256 * 2;
+    for &t in &[DType::Q8_0, DType::Iq4Xs] {
+        let Some(mut g) = gpu_with(WgpuOptions {
+            int8_matmul: Some(true),
+            int8_max_n: Some(128),
+            ..Default::default()
+        }) else {
+            return;
+        };
+        let mut b = B::new(71);
+        let w = b.weight("w", t, &[19, k], 0.5, 0.0);
+        let x = b.input("x", &[90, k], 1.0);
+        let y = b.b.matmul(x, w).unwrap();
+        b.out("y", y);
+        let all = b.case();
+        let x90 = match &all.inputs[0].1 {
+            HostData::F32(v) => v.clone(),
+            _ => unreachable!(),
+        };
+        let wide = output(&mut g, &all, "y");
+        for r in [0usize, 37, 89] {
+            let mut b = B::new(0);
+            b.w = all.w.clone();
+            let x = b.input_f32("x", &[1, k], x90[r * k..(r + 1) * k].to_vec());
+            let wt = b.b.weight("w", t, &[19, k]).unwrap();
+            let y = b.b.matmul(x, wt).unwrap();
+            b.out("y", y);
+            let one = output(&mut g, &b.case(), "y");
+            assert_eq!(
+                wide[r * 19..(r + 1) * 19]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{t}: row {r} of 90 differs from its decode"
+            );
+        }
+    }
+}
+
+#[test]
 fn fused_projections_and_swiglu_int8() {
     // Fused and unfused int8 dispatches quantize the same values (the folded sigmoid gate is
     // applied before quantization), so they agree to rounding; against the f32 CPU reference

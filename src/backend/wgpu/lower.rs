@@ -113,9 +113,11 @@ pub struct Caps {
     pub max_storage: u32,
     /// Whether to fuse (see [`fuse`]).
     pub fusion: bool,
-    /// Int8 activations for matmuls of at most [`shaders::INT8_MAX_N`] rows over
+    /// Int8 activations for matmuls of at most `int8_max_n` rows over
     /// [`shaders::INT8_TYPES`] weights (see `shaders/quantize.wgsl`).
     pub int8: bool,
+    /// The widest input on the int8 path (default [`shaders::INT8_MAX_N`]).
+    pub int8_max_n: usize,
     /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
     /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
     pub norm_q8: bool,
@@ -142,6 +144,7 @@ pub(super) struct Ctx<'g> {
     /// The smallest subgroup the kernels may meet; 0 without subgroups.
     pub subgroup_min: u32,
     pub int8: bool,
+    pub int8_max_n: usize,
     norm_q8: bool,
     weight_kernels: shaders::WeightKernels,
     pub q8: Option<Q8Buf>,
@@ -874,6 +877,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         subgroups: caps.subgroups,
         subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
+        int8_max_n: caps.int8_max_n,
         norm_q8: caps.int8 && caps.norm_q8,
         weight_kernels: caps.weight_kernels.clone(),
         q8: None,

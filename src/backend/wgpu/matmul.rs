@@ -4,7 +4,7 @@
 //! quantized the same tensor (the projections of one x that are not fused).
 
 use super::lower::{Ctx, Q8Buf, Res, p, unsupported};
-use super::shaders::{self, GEMV_BUCKETS, INT8_MAX_N, INT8_TYPES, ShaderKey};
+use super::shaders::{self, GEMV_BUCKETS, INT8_TYPES, ShaderKey};
 use crate::backend::BackendError;
 use crate::graph::{Graph, Op, TensorId, TensorKind};
 use crate::tensor::DType;
@@ -46,7 +46,7 @@ fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
 impl Ctx<'_> {
     /// Whether a matmul of `n` rows over K = `k` takes the int8-activation path.
     fn int8_applies(&self, t: DType, n: usize, k: usize) -> bool {
-        self.int8 && INT8_TYPES.contains(&t) && k.is_multiple_of(32) && n <= INT8_MAX_N
+        self.int8 && INT8_TYPES.contains(&t) && k.is_multiple_of(32) && n <= self.int8_max_n
     }
 
     /// The int8 activation buffers sized for N = `n`, K = `k`: `(packed values, scales)`.

@@ -71,6 +71,11 @@ pub struct WgpuOptions {
     /// named by `DELTASPEC_WGPU_RELAYOUT` (comma-separated, or `all`); none by default until
     /// measured on a GPU.
     pub relayout: Option<Vec<DType>>,
+    /// Widest matmul input (rows) on the int8 path; wider inputs (prefill chunks) take the
+    /// f32 tiled kernel. `None`: `DELTASPEC_WGPU_INT8_MAX_N`, else [`shaders::INT8_MAX_N`].
+    /// Above that, an input runs as several GEMV dispatches over one quantization, and each
+    /// row equals its decode bit for bit.
+    pub int8_max_n: Option<usize>,
     /// How int8 IQ4_XS items look their grid up. `None`: `DELTASPEC_WGPU_IQ4_LOOKUP`
     /// (table | alu | mix; default table).
     pub iq4_lookup: Option<shaders::Iq4Lookup>,
@@ -122,6 +127,16 @@ impl WgpuOptions {
                 &std::env::var("DELTASPEC_WGPU_IQ4_LOOKUP").unwrap_or_default(),
             ),
         }
+    }
+
+    /// The widest int8 matmul input (the option, else the environment, else the default).
+    pub fn int8_max_n(&self) -> usize {
+        self.int8_max_n.unwrap_or_else(|| {
+            std::env::var("DELTASPEC_WGPU_INT8_MAX_N")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(shaders::INT8_MAX_N)
+        })
     }
 
     /// Whether matmuls use int8 activations (the option, else the environment).
@@ -871,6 +886,7 @@ impl Backend for WgpuBackend {
             fusion: !self.opts.no_fusion
                 && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),
             int8: self.opts.int8(),
+            int8_max_n: self.opts.int8_max_n(),
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
