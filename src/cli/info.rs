@@ -16,6 +16,12 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         c.n_attention_layers()
     );
     println!("pattern:     {}", c.pattern_string());
+    if c.mtp_layers > 0 {
+        println!(
+            "mtp:         {} nextn block(s) in the file, not loaded",
+            c.mtp_layers
+        );
+    }
     println!(
         "hidden:      {}   ffn: {}   vocab: {}",
         c.hidden, c.ffn, c.vocab

@@ -35,6 +35,9 @@ pub struct Qwen35Config {
     /// How value heads map to key heads in the loaded weights.
     pub head_map: HeadMap,
     pub context_length: usize,
+    /// MTP (nextn) blocks the file holds after the `n_layers` trunk layers. They are not
+    /// loaded: speculation here runs the DFlash-family drafters.
+    pub mtp_layers: usize,
 }
 
 impl Qwen35Config {
@@ -123,8 +126,15 @@ impl Qwen35Config {
                 return bad("conv kernel must be at least 1".into());
             }
         }
-        if self.eps.is_nan() || self.eps <= 0.0 {
-            return bad(format!("rms eps {} must be positive", self.eps));
+        if !self.eps.is_finite() || self.eps <= 0.0 {
+            return bad(format!("rms eps {} must be positive and finite", self.eps));
+        }
+        if self.n_attention_layers() > 0 && (!self.rope_theta.is_finite() || self.rope_theta <= 0.0)
+        {
+            return bad(format!(
+                "rope base {} must be positive and finite",
+                self.rope_theta
+            ));
         }
         Ok(())
     }

@@ -47,6 +47,7 @@ pub fn preset(name: &str) -> Result<Qwen35Config, ModelError> {
         layers: Qwen35Config::pattern_from_interval(n_layers, 4),
         head_map: HeadMap::Tiled,
         context_length: ctx,
+        mtp_layers: 0,
     })
 }
 

@@ -55,7 +55,17 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
     }
     let k = |s: &str| format!("{a}.{s}");
     let u = |s: &str| -> Result<usize, ModelError> { Ok(scalar_or_first(f, &k(s))? as usize) };
-    let n_layers = u("block_count")?;
+    // llama.cpp counts MTP (nextn) blocks in block_count and appends them after the trunk.
+    let n_all = u("block_count")?;
+    let mtp_layers = f
+        .get_u64(&k("nextn_predict_layers"))
+        .map_or(0, |v| v as usize);
+    if mtp_layers >= n_all {
+        return Err(ModelError::Config(format!(
+            "nextn_predict_layers {mtp_layers} leaves no trunk layer of block_count {n_all}"
+        )));
+    }
+    let n_layers = n_all - mtp_layers;
     let nv = u("ssm.time_step_rank")?;
     let inner = u("ssm.inner_size")?;
     if nv == 0 || inner % nv != 0 {
@@ -70,6 +80,13 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
             msg: "missing from the GGUF".into(),
         })?;
     let head_dim = u("attention.key_length")?;
+    if let Ok(v) = f.get_u64(&k("attention.value_length"))
+        && v as usize != head_dim
+    {
+        return Err(ModelError::Config(format!(
+            "attention.value_length {v} differs from attention.key_length {head_dim} (qwen35 has one head dim)"
+        )));
+    }
     Ok(Qwen35Config {
         n_layers,
         hidden: u("embedding_length")?,
@@ -96,7 +113,13 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
             .get_u64(&k("context_length"))
             .map(|v| v as usize)
             .unwrap_or(4096),
+        mtp_layers,
     })
+}
+
+/// The layer index of a `blk.N.*` tensor name.
+fn block_index(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 /// Every tensor the graph binds for `cfg`, with the shape it must have (row-major).
@@ -150,6 +173,29 @@ pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
     let cfg = config_from_gguf(&f)?;
     let mut weights = WeightStore::default();
     for t in &f.tensors {
+        match block_index(&t.name) {
+            // The MTP blocks: not run, so not loaded (nor uploaded to a device).
+            Some(i) if i >= cfg.n_layers && i < cfg.n_layers + cfg.mtp_layers => continue,
+            // Without `nextn_predict_layers` an MTP block would run as one more trunk layer.
+            Some(i) if t.name.contains(".nextn.") => {
+                return Err(ModelError::Weight {
+                    name: t.name.clone(),
+                    msg: format!(
+                        "an MTP (nextn) tensor in trunk layer {i}: nextn_predict_layers is missing or too small"
+                    ),
+                });
+            }
+            Some(i) if i >= cfg.n_layers => {
+                return Err(ModelError::Weight {
+                    name: t.name.clone(),
+                    msg: format!(
+                        "layer {i} is past the model's {} layers (block_count)",
+                        cfg.n_layers
+                    ),
+                });
+            }
+            _ => {}
+        }
         weights.insert(
             t.name.clone(),
             HostTensor {

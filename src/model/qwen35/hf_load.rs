@@ -76,6 +76,8 @@ fn config_from_json(path: &Path, root: &Json) -> Result<Qwen35Config, ModelError
         layers,
         head_map: HeadMap::Grouped,
         context_length: u("max_position_embeddings").unwrap_or(4096),
+        // `mtp.*` tensors are not loaded (see `weights`).
+        mtp_layers: u("mtp_num_hidden_layers").unwrap_or(0),
     })
 }
 
