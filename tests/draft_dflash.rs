@@ -258,6 +258,31 @@ fn loader_refuses_drafters_that_do_not_fit_the_target() {
     let e = load_err(&ck, &dir.join("d.gguf"), "tiny-a");
     assert!(e.contains("trained for a target of 64 layers"), "{e}");
     std::fs::remove_dir_all(&ck).unwrap();
+    // a smaller block_count than the file's layers (the extra layer would be dropped)
+    let gguf = convert("dflash-a", &dir, OutType::F32);
+    let f = deltaspec::gguf::GgufFile::open(&gguf).unwrap();
+    let mut w = deltaspec::gguf::GgufWriter::new();
+    for (k, v) in &f.metadata {
+        let v = if k.ends_with(".block_count") {
+            deltaspec::gguf::Value::U32(1)
+        } else {
+            v.clone()
+        };
+        if k != "general.alignment" {
+            w.add_kv(k, v);
+        }
+    }
+    for t in &f.tensors {
+        w.add_tensor(&t.name, &t.ne, t.dtype, f.tensor_bytes(t).to_vec())
+            .unwrap();
+    }
+    let one = dir.join("one-layer.gguf");
+    w.write_file(&one).unwrap();
+    let e = DFlash::load(&one).err().unwrap().to_string();
+    assert!(
+        e.contains("blk.1.") && e.contains("past the model's 1 layers"),
+        "{e}"
+    );
     // a target GGUF is not a drafter
     let e = DFlash::load(&dir.join("missing.gguf"))
         .err()

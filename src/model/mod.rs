@@ -43,6 +43,23 @@ pub enum ModelError {
 
 /// Checks `store` holds every `(name, shape)` of `expected`, in a dequantizable type; `missing`
 /// says what a missing tensor is missing from.
+/// The layer index of a `blk.N.*` tensor name.
+pub(crate) fn block_index(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+/// Refuses a `blk.N.*` tensor of a layer past the model's `n_layers` (a smaller `block_count`
+/// would otherwise drop layers without a word).
+pub(crate) fn check_layer_index(name: &str, n_layers: usize) -> Result<(), ModelError> {
+    match block_index(name) {
+        Some(i) if i >= n_layers => Err(ModelError::Weight {
+            name: name.into(),
+            msg: format!("layer {i} is past the model's {n_layers} layers (block_count)"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn check_tensors(
     expected: Vec<(String, Vec<usize>)>,
     store: &crate::backend::WeightStore,

@@ -194,11 +194,14 @@ impl DFlashConfig {
                 return bad("a DFlash2 selector needs the vocab size (vocab_size)".into());
             }
         }
-        if self.eps.is_nan() || self.eps <= 0.0 {
-            return bad(format!("rms eps {} must be positive", self.eps));
+        if !self.eps.is_finite() || self.eps <= 0.0 {
+            return bad(format!("rms eps {} must be positive and finite", self.eps));
         }
-        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
-            return bad(format!("rope theta {} must be positive", self.rope_theta));
+        if !self.rope_theta.is_finite() || self.rope_theta <= 0.0 {
+            return bad(format!(
+                "rope theta {} must be positive and finite",
+                self.rope_theta
+            ));
         }
         Ok(())
     }

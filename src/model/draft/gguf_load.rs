@@ -289,6 +289,7 @@ pub(super) fn load(path: &Path) -> Result<DFlash, ModelError> {
         } else {
             t.name.clone()
         };
+        crate::model::check_layer_index(&name, cfg.n_layers)?;
         weights.insert(
             name,
             HostTensor {

@@ -117,11 +117,6 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
     })
 }
 
-/// The layer index of a `blk.N.*` tensor name.
-fn block_index(name: &str) -> Option<usize> {
-    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
-}
-
 /// Every tensor the graph binds for `cfg`, with the shape it must have (row-major).
 pub(crate) fn expected_tensors(c: &Qwen35Config) -> Vec<(String, Vec<usize>)> {
     use super::names::*;
@@ -173,7 +168,7 @@ pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
     let cfg = config_from_gguf(&f)?;
     let mut weights = WeightStore::default();
     for t in &f.tensors {
-        match block_index(&t.name) {
+        match crate::model::block_index(&t.name) {
             // The MTP blocks: not run, so not loaded (nor uploaded to a device).
             Some(i) if i >= cfg.n_layers && i < cfg.n_layers + cfg.mtp_layers => continue,
             // Without `nextn_predict_layers` an MTP block would run as one more trunk layer.
@@ -185,16 +180,7 @@ pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
                     ),
                 });
             }
-            Some(i) if i >= cfg.n_layers => {
-                return Err(ModelError::Weight {
-                    name: t.name.clone(),
-                    msg: format!(
-                        "layer {i} is past the model's {} layers (block_count)",
-                        cfg.n_layers
-                    ),
-                });
-            }
-            _ => {}
+            _ => crate::model::check_layer_index(&t.name, cfg.n_layers)?,
         }
         weights.insert(
             t.name.clone(),
