@@ -64,37 +64,25 @@ fn err(path: &Path) -> String {
     }
 }
 
-/// The tensors of llama.cpp's MTP block at index `n` (a full-attention block plus the nextn
-/// projections), copied from the fixture's attention layer 3 (shapes are all that matter).
+/// The tensors of llama.cpp's MTP block at index `n`: a full-attention block (copies of the
+/// fixture's attention layer 3) plus the nextn projections (shapes are all that matter).
 fn mtp_block(n: usize) -> Vec<(String, String)> {
-    let mut v: Vec<(String, String)> = [
-        "attn_norm.weight",
-        "post_attention_norm.weight",
-        "attn_q.weight",
-        "attn_k.weight",
-        "attn_v.weight",
-        "attn_output.weight",
-        "attn_q_norm.weight",
-        "attn_k_norm.weight",
-        "ffn_gate.weight",
-        "ffn_up.weight",
-        "ffn_down.weight",
-    ]
-    .iter()
-    .map(|t| (format!("blk.{n}.{t}"), format!("blk.3.{t}")))
-    .collect();
-    v.push((
-        format!("blk.{n}.nextn.enorm.weight"),
-        "blk.3.attn_norm.weight".into(),
-    ));
-    v.push((
-        format!("blk.{n}.nextn.hnorm.weight"),
-        "blk.3.attn_norm.weight".into(),
-    ));
-    v.push((
-        format!("blk.{n}.nextn.eh_proj.weight"),
-        "blk.3.ffn_down.weight".into(),
-    ));
+    let mut v: Vec<(String, String)> = fixture()
+        .tensors
+        .iter()
+        .filter_map(|t| t.name.strip_prefix("blk.3."))
+        .map(|rest| (format!("blk.{n}.{rest}"), format!("blk.3.{rest}")))
+        .collect();
+    for (nextn, like) in [
+        ("enorm", "attn_norm"),
+        ("hnorm", "attn_norm"),
+        ("eh_proj", "ffn_down"),
+    ] {
+        v.push((
+            format!("blk.{n}.nextn.{nextn}.weight"),
+            format!("blk.3.{like}.weight"),
+        ));
+    }
     v
 }
 

@@ -9,7 +9,7 @@
 #[path = "common/gpu_case.rs"]
 mod gpu_case;
 use deltaspec::backend::wgpu::{WgpuBackend, WgpuOptions};
-use deltaspec::backend::{self, Backend, HostData};
+use deltaspec::backend::{self, Backend, HostData, WeightStore};
 use deltaspec::tensor::{DType, quant};
 use gpu_case::{B, Case, assert_same_bits, check, gpu_with, rel_err, run_on};
 
@@ -221,31 +221,37 @@ fn gemv_int8_matches_the_q8_activation_reference() {
     }
 }
 
+/// `y = x · wᵀ` over the weight `w` ([m, k], type `t`) of `weights`, on the rows `x`.
+fn matmul_case(weights: &WeightStore, t: DType, m: usize, k: usize, x: &[f32]) -> Case {
+    let mut b = B::new(0);
+    b.w = weights.clone();
+    let xi = b.input_f32("x", &[x.len() / k, k], x.to_vec());
+    let wt = b.b.weight("w", t, &[m, k]).unwrap();
+    let y = b.b.matmul(xi, wt).unwrap();
+    b.out("y", y);
+    b.case()
+}
+
+/// A random `[m, k]` weight of type `t` and `n` random rows (seed `seed`): the matmul's case
+/// and its rows.
+fn random_matmul(seed: u64, t: DType, m: usize, k: usize, n: usize) -> (Case, Vec<f32>) {
+    let mut b = B::new(seed);
+    b.weight("w", t, &[m, k], 0.5, 0.0);
+    let x = b.rng.vec_normal(n * k, 1.0);
+    let c = matmul_case(&b.w, t, m, k, &x);
+    (c, x)
+}
+
 #[test]
 fn gemv_int8_rows_do_not_depend_on_the_batch() {
     // Lossless speculation needs a verified row to equal the decoded row bit for bit.
     let k = 256 * 5;
     for (mut g, label) in int8_gpus(true) {
         for (i, &t) in INT8_TYPES.iter().enumerate() {
-            let mut b = B::new(700 + i as u64);
-            let w = b.weight("w", t, &[37, k], 0.5, 0.0);
-            let x = b.input("x", &[16, k], 1.0);
-            let y = b.b.matmul(x, w).unwrap();
-            b.out("y", y);
-            let all = b.case();
-            let x16 = match &all.inputs[0].1 {
-                HostData::F32(v) => v.clone(),
-                _ => unreachable!(),
-            };
+            let (all, x16) = random_matmul(700 + i as u64, t, 37, k, 16);
             let wide = output(&mut g, &all, "y");
             for n in [1usize, 3, 8] {
-                let mut b = B::new(0);
-                b.w = all.w.clone();
-                let x = b.input_f32("x", &[n, k], x16[..n * k].to_vec());
-                let wt = b.b.weight("w", t, &[37, k]).unwrap();
-                let y = b.b.matmul(x, wt).unwrap();
-                b.out("y", y);
-                let some = output(&mut g, &b.case(), "y");
+                let some = output(&mut g, &matmul_case(&all.w, t, 37, k, &x16[..n * k]), "y");
                 assert_eq!(some, wide[..n * 37], "{t} N={n} vs 16 ({label})");
             }
         }
@@ -266,25 +272,14 @@ fn prefill_widths_on_the_int8_path_equal_their_decode() {
         }) else {
             return;
         };
-        let mut b = B::new(71);
-        let w = b.weight("w", t, &[19, k], 0.5, 0.0);
-        let x = b.input("x", &[90, k], 1.0);
-        let y = b.b.matmul(x, w).unwrap();
-        b.out("y", y);
-        let all = b.case();
-        let x90 = match &all.inputs[0].1 {
-            HostData::F32(v) => v.clone(),
-            _ => unreachable!(),
-        };
+        let (all, x90) = random_matmul(71, t, 19, k, 90);
         let wide = output(&mut g, &all, "y");
         for r in [0usize, 37, 89] {
-            let mut b = B::new(0);
-            b.w = all.w.clone();
-            let x = b.input_f32("x", &[1, k], x90[r * k..(r + 1) * k].to_vec());
-            let wt = b.b.weight("w", t, &[19, k]).unwrap();
-            let y = b.b.matmul(x, wt).unwrap();
-            b.out("y", y);
-            let one = output(&mut g, &b.case(), "y");
+            let one = output(
+                &mut g,
+                &matmul_case(&all.w, t, 19, k, &x90[r * k..(r + 1) * k]),
+                "y",
+            );
             assert_eq!(
                 wide[r * 19..(r + 1) * 19]
                     .iter()
