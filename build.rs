@@ -22,6 +22,29 @@ use std::time::Instant;
 
 /// AMD targets (wave32 RDNA3 / RDNA3.5 / RDNA4).
 const AMD_TARGETS: &[&str] = &["gfx1100", "gfx1151", "gfx1201"];
+
+/// The AMD targets to build: the defaults plus `DELTASPEC_AMD_TARGETS` (comma-separated, e.g.
+/// `gfx1101,gfx1200` for an RX 7800 XT or RX 9060 XT). A code object runs only on its own
+/// target, and the kernels need RDNA3 or later (wave32, the mixed-sign dot4), so only gfx11xx
+/// and gfx12xx names are taken; others fail the build with a message saying so.
+fn amd_targets() -> Vec<String> {
+    let mut v: Vec<String> = AMD_TARGETS.iter().map(|t| t.to_string()).collect();
+    let extra = env::var("DELTASPEC_AMD_TARGETS").unwrap_or_default();
+    for t in extra.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let ok = (t.starts_with("gfx11") || t.starts_with("gfx12"))
+            && t.len() == 7
+            && t[3..].chars().all(|c| c.is_ascii_hexdigit());
+        if !ok {
+            panic!(
+                "DELTASPEC_AMD_TARGETS: '{t}' is not an RDNA3/RDNA4 target (gfx11xx or gfx12xx, e.g. gfx1101)"
+            );
+        }
+        if !v.iter().any(|x| x == t) {
+            v.push(t.to_string());
+        }
+    }
+    v
+}
 /// NVIDIA targets and the PTX ISA version each is emitted with (7.0 is the first with sm_80,
 /// 8.0 needs a CUDA 12.0+ driver).
 const PTX_TARGETS: &[(&str, &str)] = &[("sm_80", "+ptx70"), ("sm_90", "+ptx80")];
@@ -32,7 +55,7 @@ const CUBIN_TARGETS: &[&str] = &["sm_90"];
 struct Job {
     source: String,
     path: PathBuf,
-    target: &'static str,
+    target: String,
     out: PathBuf,
     /// Where ptxas writes this PTX job's cubin, if it makes one.
     cubin: Option<PathBuf>,
@@ -43,6 +66,8 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=DELTASPEC_CLANG");
     println!("cargo:rerun-if-env-changed=DELTASPEC_PTXAS");
+    println!("cargo:rerun-if-env-changed=DELTASPEC_AMD_TARGETS");
+    let amd = amd_targets();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let hip_dir =
         Path::new(&env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
@@ -75,11 +100,11 @@ fn main() {
     let ptxas = find_ptxas();
     let mut jobs = Vec::new();
     for (name, path) in &sources {
-        for t in AMD_TARGETS {
+        for t in &amd {
             jobs.push(Job {
                 source: name.clone(),
                 path: path.clone(),
-                target: t,
+                target: t.clone(),
                 out: out_dir.join(format!("{name}.{t}.hsaco")),
                 cubin: None,
             });
@@ -88,7 +113,7 @@ fn main() {
             jobs.push(Job {
                 source: name.clone(),
                 path: path.clone(),
-                target: t,
+                target: t.to_string(),
                 out: out_dir.join(format!("{name}.{t}.ptx")),
                 cubin: (ptxas.is_some() && CUBIN_TARGETS.contains(t))
                     .then(|| out_dir.join(format!("{name}.{t}.cubin"))),
