@@ -116,6 +116,10 @@ pub enum GgufError {
         found: String,
     },
 
+    /// A split model's shards (llama.cpp's `gguf-split`) do not fit together.
+    #[error("gguf: {}: {msg}", path.display())]
+    Split { path: PathBuf, msg: String },
+
     /// `GgufWriter::add_tensor` got a buffer whose length does not match the shape and type, or a
     /// generator wrote a different number of bytes than declared.
     #[error("gguf: tensor `{name}`: expected {expected} bytes of data, got {got}")]

@@ -13,6 +13,7 @@ mod cursor;
 mod error;
 mod info;
 mod reader;
+pub mod split;
 mod value;
 mod writer;
 

@@ -164,10 +164,15 @@ pub(super) fn check_weights(c: &Qwen35Config, store: &WeightStore) -> Result<(),
 }
 
 pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
-    let f = GgufFile::open(path)?;
-    let cfg = config_from_gguf(&f)?;
+    // A split model: the first shard holds the metadata, every shard some tensors.
+    let shards = crate::gguf::split::open_all(path)?;
+    let f = &shards[0];
+    let cfg = config_from_gguf(f)?;
     let mut weights = WeightStore::default();
-    for t in &f.tensors {
+    for (f, t) in shards
+        .iter()
+        .flat_map(|f| f.tensors.iter().map(move |t| (f, t)))
+    {
         match crate::model::block_index(&t.name) {
             // The MTP blocks: not run, so not loaded (nor uploaded to a device).
             Some(i) if i >= cfg.n_layers && i < cfg.n_layers + cfg.mtp_layers => continue,
@@ -198,7 +203,7 @@ pub(super) fn load(path: &Path) -> Result<Qwen35, ModelError> {
         weights.insert(super::names::OUTPUT, e);
     }
     check_weights(&cfg, &weights)?;
-    let tokenizer = match GgufVocab::from_gguf(&f)? {
+    let tokenizer = match GgufVocab::from_gguf(f)? {
         Some(v) => Some(Tokenizer::from_gguf_vocab(&v)?),
         None => None,
     };
