@@ -4,10 +4,8 @@
 mod common;
 
 use common::fixtures;
-use deltaspec::backend;
 use deltaspec::gguf::{GgufFile, GgufWriter, Value};
-use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-use deltaspec::model::{Qwen35, Session};
+use deltaspec::model::Qwen35;
 use std::path::{Path, PathBuf};
 
 const FIXTURE: &str = "models/tiny-a/model-q8_0.gguf";
@@ -68,20 +66,11 @@ fn split(
 }
 
 fn logits(m: &Qwen35) -> Vec<f32> {
-    let mut be = backend::create("cpu").unwrap();
-    let mut s = Session::new(m, be.as_mut(), 16).unwrap();
-    let opts = GraphOptions {
-        logits: LogitRows::All,
-        ..Default::default()
-    };
-    s.forward(&[5, 17, 3, 250, 9], &opts).unwrap().logits
+    common::cpu_logits(m, &[5, 17, 3, 250, 9])
 }
 
 fn err(path: &Path) -> String {
-    match Qwen35::load(path) {
-        Ok(_) => panic!("{} loaded", path.display()),
-        Err(e) => e.to_string(),
-    }
+    common::target_load_err(path)
 }
 
 #[test]

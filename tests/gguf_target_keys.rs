@@ -5,10 +5,8 @@
 mod common;
 
 use common::fixtures;
-use deltaspec::backend;
 use deltaspec::gguf::{GgufFile, GgufWriter, Value, ValueType};
-use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-use deltaspec::model::{LayerKind, Qwen35, Session};
+use deltaspec::model::{LayerKind, Qwen35};
 use std::path::{Path, PathBuf};
 
 fn fixture() -> GgufFile {
@@ -48,20 +46,11 @@ fn rewrite(tag: &str, kv: &[(&str, Option<Value>)], extra: &[(&str, &str)]) -> P
 }
 
 fn logits(m: &Qwen35) -> Vec<f32> {
-    let mut be = backend::create("cpu").unwrap();
-    let mut s = Session::new(m, be.as_mut(), 16).unwrap();
-    let opts = GraphOptions {
-        logits: LogitRows::All,
-        ..Default::default()
-    };
-    s.forward(&[5, 17, 3, 250, 9], &opts).unwrap().logits
+    common::cpu_logits(m, &[5, 17, 3, 250, 9])
 }
 
 fn err(path: &Path) -> String {
-    match Qwen35::load(path) {
-        Ok(_) => panic!("{} loaded", path.display()),
-        Err(e) => e.to_string(),
-    }
+    common::target_load_err(path)
 }
 
 /// The tensors of llama.cpp's MTP block at index `n`: a full-attention block (copies of the

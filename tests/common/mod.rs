@@ -95,3 +95,24 @@ pub fn f32s(t: &deltaspec::backend::HostTensor) -> Vec<f32> {
 }
 
 pub mod sampling;
+
+/// Logits of every row of one CPU forward of `tokens` on a fresh session: the loader tests
+/// compare files that must give the same model.
+pub fn cpu_logits(m: &deltaspec::model::Qwen35, tokens: &[u32]) -> Vec<f32> {
+    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+    let mut be = deltaspec::backend::create("cpu").unwrap();
+    let mut s = deltaspec::model::Session::new(m, be.as_mut(), tokens.len() + 1).unwrap();
+    let opts = GraphOptions {
+        logits: LogitRows::All,
+        ..Default::default()
+    };
+    s.forward(tokens, &opts).unwrap().logits
+}
+
+/// The error loading `path` as a target model gives (a panic if it loads).
+pub fn target_load_err(path: &Path) -> String {
+    match deltaspec::model::Qwen35::load(path) {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
