@@ -70,6 +70,28 @@ fn unknown_backend_missing_file_and_wrong_arch_are_one_line_errors() {
         "/dev/null",
     ]);
     assert_one_line_error(&out, "token id 999 is outside the vocabulary");
+
+    // A context too small for the request is refused before anything is generated.
+    let out = deltaspec(&[
+        "generate",
+        "--model",
+        &tiny_a(),
+        "--tokens",
+        "1,2",
+        "-n",
+        "5",
+        "--ctx",
+        "3",
+    ]);
+    assert_one_line_error(
+        &out,
+        "--ctx 3 is too small: the prompt (2 tokens) and -n 5 need 7",
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -170,7 +170,18 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
-    let ctx = a.ctx.unwrap_or(prompt.len() + a.n);
+    // Refused before any work rather than failing with "context full" halfway through.
+    let need = prompt.len() + a.n;
+    if let Some(c) = a.ctx
+        && c < need
+    {
+        bail!(
+            "--ctx {c} is too small: the prompt ({} tokens) and -n {} need {need} positions",
+            prompt.len(),
+            a.n
+        );
+    }
+    let ctx = a.ctx.unwrap_or(need);
     let stop = if a.ignore_eos {
         None
     } else {
