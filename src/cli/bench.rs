@@ -215,6 +215,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     let bw = be.copy_bandwidth(a.bw_mib << 20).ok();
     let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
     anyhow::ensure!(a.rows >= 1, "--rows must be at least 1");
+    anyhow::ensure!(a.n >= 1, "-n must be at least 1 (steps timed)");
     let ctx = a.ctx.max((a.n + 1) * a.rows + 1);
     let name = be.name();
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
