@@ -8,7 +8,8 @@
 # Optional: llcpp/llama.cpp.tar.xz (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist,
 # repacked without docs/models/tests) is built with CUDA in the background while the GPU runs our
 # steps, then `llama-bench` runs on the same IQ4_XS file. STEPS selects groups
-# (default: "tests hip wgpu draft spec q8 llama").
+# (default: "tests hip wgpu draft spec q8 llama"; also "prefill": pp512 of the 27B with the f32
+# tiled kernel and on the int8 path, and "kernels": the driver's register counts and code sizes).
 # Every step has its own timeout so one hang cannot eat the call; the log says each exit status.
 set -u
 root="$(pwd)"
@@ -92,6 +93,20 @@ if want wgpu; then
     step 120 env DELTASPEC_WGPU_GEMV_UNROLL=1 "$ds" bench decode --model "$iq4" --backend wgpu -n 32 --bw-mib 64 --json
     step 90 "$ds" bench decode --model "$iq4" --backend wgpu -n 8 --rows 16 --bw-mib 64 --json
     step 60 env DELTASPEC_PROFILE=1 "$ds" bench decode --model "$l8" --backend wgpu -n 16 --bw-mib 64
+fi
+
+if want prefill; then
+    for b in hip:cuda wgpu; do
+        step 120 "$ds" bench prefill --model "$iq4" --backend $b -p 512 -r 3 --json
+    done
+    step 120 env DELTASPEC_HIP_GEMV_MAX_N=512 "$ds" bench prefill --model "$iq4" --backend hip:cuda -p 512 -r 3 --json
+    step 120 env DELTASPEC_WGPU_INT8_MAX_N=512 "$ds" bench prefill --model "$iq4" --backend wgpu -p 512 -r 3 --json
+fi
+
+if want kernels; then
+    for b in hip:cuda wgpu; do
+        step 120 "$ds" bench kernels --model "$l8" --backend $b --rows 1,16 --json
+    done
 fi
 
 if want draft; then
