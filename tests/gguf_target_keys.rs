@@ -15,7 +15,23 @@ fn fixture() -> GgufFile {
 
 /// The fixture rewritten: keys replaced or added by `kv` (`None` drops the key), and `extra`
 /// tensors (name, copy of tensor) appended.
-fn rewrite(tag: &str, kv: &[(&str, Option<Value>)], extra: &[(&str, &str)]) -> PathBuf {
+/// A rewritten file, removed when dropped.
+struct Tmp(PathBuf);
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl std::ops::Deref for Tmp {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+fn rewrite(tag: &str, kv: &[(&str, Option<Value>)], extra: &[(&str, &str)]) -> Tmp {
     let f = fixture();
     let mut w = GgufWriter::new();
     for (k, v) in &f.metadata {
@@ -38,11 +54,12 @@ fn rewrite(tag: &str, kv: &[(&str, Option<Value>)], extra: &[(&str, &str)]) -> P
         w.add_tensor(name, &t.ne, t.dtype, f.tensor_bytes(t).to_vec())
             .unwrap();
     }
-    let dir = std::env::temp_dir().join(format!("deltaspec-target-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{tag}.gguf"));
+    let path = std::env::temp_dir().join(format!(
+        "deltaspec-target-keys-{}-{tag}.gguf",
+        std::process::id()
+    ));
     w.write_file(&path).unwrap();
-    path
+    Tmp(path)
 }
 
 fn logits(m: &Qwen35) -> Vec<f32> {
