@@ -159,6 +159,33 @@ fn an_mtp_block_is_skipped_and_the_trunk_runs_as_without_it() {
 }
 
 #[test]
+fn per_layer_head_counts_with_zeros_for_recurrent_layers_read_as_the_attention_value() {
+    // llama.cpp writes some head counts per layer, 0 where a layer has no attention.
+    let plain = Qwen35::load(&fixtures().join("models/tiny-a/model-q8_0.gguf")).unwrap();
+    let per_layer: Vec<u32> = plain
+        .cfg
+        .layers
+        .iter()
+        .map(|k| match k {
+            LayerKind::Attention => plain.cfg.n_kv_heads as u32,
+            LayerKind::DeltaNet => 0,
+        })
+        .collect();
+    assert_eq!(per_layer[0], 0, "the fixture starts with a DeltaNet layer");
+    let p = rewrite(
+        "kv-array",
+        &[(
+            "qwen35.attention.head_count_kv",
+            Some(Value::array(ValueType::U32, per_layer)),
+        )],
+        &[],
+    );
+    let m = Qwen35::load(&p).unwrap();
+    assert_eq!(m.cfg.n_kv_heads, plain.cfg.n_kv_heads);
+    assert_eq!(logits(&m), logits(&plain));
+}
+
+#[test]
 fn layers_past_block_count_and_mismatched_keys_are_refused() {
     let fewer = rewrite("fewer", &[("qwen35.block_count", Some(Value::U32(3)))], &[]);
     let e = err(&fewer);

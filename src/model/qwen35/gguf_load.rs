@@ -8,13 +8,15 @@ use crate::model::{LayerKind, ModelError, Qwen35Config};
 use crate::tokenizer::{GgufVocab, Tokenizer};
 use std::path::Path;
 
-/// A key that may hold a scalar or a per-layer array (take the first entry).
+/// A key that may hold a scalar or a per-layer array. Per-layer arrays of hybrid models hold 0
+/// for the layers the value does not apply to (llama.cpp writes `head_count_kv` as 0 for
+/// recurrent layers in such files), so the first non-zero entry is the value; all-zero is 0.
 fn scalar_or_first(f: &GgufFile, key: &str) -> Result<u64, ModelError> {
     if let Ok(a) = f.get_u64_array(key) {
-        return a
-            .first()
-            .copied()
-            .ok_or_else(|| ModelError::Config(format!("{key} is an empty array")));
+        if a.is_empty() {
+            return Err(ModelError::Config(format!("{key} is an empty array")));
+        }
+        return Ok(a.iter().copied().find(|&v| v != 0).unwrap_or(0));
     }
     Ok(f.get_u64(key)?)
 }
