@@ -9,8 +9,10 @@ use deltaspec::gguf::{GgufFile, GgufWriter, Value, ValueType};
 use deltaspec::model::{LayerKind, Qwen35};
 use std::path::{Path, PathBuf};
 
+const FIXTURE: &str = "models/tiny-a/model-q8_0.gguf";
+
 fn fixture() -> GgufFile {
-    GgufFile::open(&fixtures().join("models/tiny-a/model-q8_0.gguf")).unwrap()
+    GgufFile::open(&fixtures().join(FIXTURE)).unwrap()
 }
 
 /// The fixture rewritten: keys replaced or added by `kv` (`None` drops the key), and `extra`
@@ -32,7 +34,21 @@ impl std::ops::Deref for Tmp {
 }
 
 fn rewrite(tag: &str, kv: &[(&str, Option<Value>)], extra: &[(&str, &str)]) -> Tmp {
-    let f = fixture();
+    rewrite_with(FIXTURE, tag, kv, extra)
+}
+
+/// [`rewrite`] of another fixture file, keys only.
+fn rewrite_from(file: &str, tag: &str, kv: &[(&str, Option<Value>)]) -> Tmp {
+    rewrite_with(file, tag, kv, &[])
+}
+
+fn rewrite_with(
+    file: &str,
+    tag: &str,
+    kv: &[(&str, Option<Value>)],
+    extra: &[(&str, &str)],
+) -> Tmp {
+    let f = GgufFile::open(&fixtures().join(file)).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in &f.metadata {
         if k == "general.alignment" || kv.iter().any(|(n, _)| n == k) {
@@ -220,4 +236,65 @@ fn layers_past_block_count_and_mismatched_keys_are_refused() {
         let p = rewrite(tag, &[(key, Some(Value::F32(value)))], &[]);
         assert!(err(&p).contains(needle), "{tag}: {}", err(&p));
     }
+}
+
+#[test]
+fn yarn_rope_scaling_is_applied_from_gguf_keys_and_hf_configs_alike() {
+    let yarn = [
+        ("qwen35.rope.scaling.type", Some(Value::from("yarn"))),
+        ("qwen35.rope.scaling.factor", Some(Value::F32(4.0))),
+        (
+            "qwen35.rope.scaling.original_context_length",
+            Some(Value::U32(8)),
+        ),
+    ];
+    let plain = Qwen35::load(&fixtures().join("models/tiny-a/model-q8_0.gguf")).unwrap();
+    let p = rewrite("yarn", &yarn, &[]);
+    let m = Qwen35::load(&p).unwrap();
+    let y = m.cfg.rope_scaling.as_ref().expect("the YaRN keys are read");
+    assert_eq!((y.factor, y.original_context_length), (4.0, 8));
+    // The rotation changes (a model that ignored the keys would give the plain logits).
+    let (a, b) = (logits(&m), logits(&plain));
+    assert!(
+        common::rel_err(&a, &b) > 1e-3,
+        "YaRN left the logits unchanged"
+    );
+
+    // The same scaling through an HF config.json gives the same model.
+    let dir = std::env::temp_dir().join(format!("deltaspec-yarn-hf-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = fixtures().join("models/tiny-a");
+    std::fs::copy(src.join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let params = cfg
+        .get_mut("rope_parameters")
+        .and_then(|p| p.as_object_mut())
+        .expect("the fixture's config has rope_parameters");
+    params.insert("rope_type".into(), "yarn".into());
+    params.insert("factor".into(), 4.0.into());
+    params.insert("original_max_position_embeddings".into(), 8.into());
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let hf = Qwen35::load(&dir).unwrap();
+    assert_eq!(hf.cfg.rope_scaling, m.cfg.rope_scaling);
+    let f32_yarn = rewrite_from("models/tiny-a/model-f32.gguf", "yarn-f32", &yarn);
+    let e = common::rel_err(&logits(&hf), &logits(&Qwen35::load(&f32_yarn).unwrap()));
+    assert!(e <= 1e-5, "HF and GGUF YaRN models differ: {e:e}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Scaling types the graph does not implement are refused, not ignored.
+    let linear = rewrite(
+        "linear",
+        &[
+            ("qwen35.rope.scaling.type", Some(Value::from("linear"))),
+            ("qwen35.rope.scaling.factor", Some(Value::F32(2.0))),
+        ],
+        &[],
+    );
+    assert!(
+        err(&linear).contains("rope scaling type 'linear'"),
+        "{}",
+        err(&linear)
+    );
 }

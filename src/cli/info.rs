@@ -26,8 +26,18 @@ pub fn run(path: &Path) -> anyhow::Result<()> {
         "hidden:      {}   ffn: {}   vocab: {}",
         c.hidden, c.ffn, c.vocab
     );
+    let yarn = c
+        .rope_scaling
+        .as_ref()
+        .map(|y| {
+            format!(
+                ", YaRN ×{} of {} positions",
+                y.factor, y.original_context_length
+            )
+        })
+        .unwrap_or_default();
     println!(
-        "attention:   {} q / {} kv heads × {}   rope: {} dims, theta {}",
+        "attention:   {} q / {} kv heads × {}   rope: {} dims, theta {}{yarn}",
         c.n_heads, c.n_kv_heads, c.head_dim, c.rot, c.rope_theta
     );
     println!(

@@ -24,6 +24,8 @@ pub struct Qwen35Config {
     /// Rotated dims per head (partial NeoX RoPE).
     pub rot: usize,
     pub rope_theta: f32,
+    /// YaRN scaling of the attention layers' RoPE, where the file declares it.
+    pub rope_scaling: Option<crate::model::rope_scaling::YarnScaling>,
     pub eps: f32,
     pub conv_kernel: usize,
     /// GDN key heads, value heads, key and value head dims.

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod draft;
 pub mod qwen35;
+pub mod rope_scaling;
 pub mod session;
 pub mod synth;
 

@@ -38,6 +38,7 @@ pub fn preset(name: &str) -> Result<Qwen35Config, ModelError> {
         head_dim: hd,
         rot,
         rope_theta: theta,
+        rope_scaling: None,
         eps: 1e-6,
         conv_kernel: 4,
         nk,

@@ -1,36 +1,8 @@
 //! Hyper-parameters of a DFlash drafter (GGUF arch `qwen35-dflash-draft`), and the checks that
 //! tie a drafter to its target.
 
+pub use crate::model::rope_scaling::YarnScaling;
 use crate::model::{ModelError, Qwen35Config};
-
-/// YaRN RoPE scaling as the drafter declares it (`{A}.rope.scaling.*`), applied by the draft
-/// graph's rope ops as HF transformers computes it ([`crate::graph::Yarn`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct YarnScaling {
-    pub factor: f32,
-    pub original_context_length: usize,
-    pub beta_fast: f32,
-    pub beta_slow: f32,
-    /// An explicit cos/sin multiplier (HF `attention_factor`, or the one `mscale` /
-    /// `mscale_all_dim` give); `None`: `0.1·ln(factor) + 1`.
-    pub attention_factor: Option<f32>,
-    /// Whether the ramp bounds are rounded outward to whole dims (HF `truncate`, default true).
-    pub truncate: bool,
-}
-
-impl YarnScaling {
-    /// The graph's parameters.
-    pub fn to_graph(&self) -> crate::graph::Yarn {
-        crate::graph::Yarn {
-            factor: self.factor,
-            original_context: self.original_context_length,
-            beta_fast: self.beta_fast,
-            beta_slow: self.beta_slow,
-            attention_factor: self.attention_factor,
-            truncate: self.truncate,
-        }
-    }
-}
 
 /// DSpark heads on a DFlash backbone (`{A}.dflash.dspark.*`).
 #[derive(Clone, Debug, PartialEq)]

@@ -15,7 +15,7 @@
 //!   present with its shape; otherwise nothing is written. The file is written to a temporary
 //!   path next to the output and renamed into place.
 
-use super::config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
+use super::config::{DFlash2Config, DFlashConfig, DSparkConfig};
 use super::gguf_load::expected_tensors;
 use super::{ARCH, names};
 use crate::gguf::{GgufWriter, Value, ValueType};
@@ -178,78 +178,6 @@ fn dflash_key<'a>(j: &'a Json, key: &str) -> Option<&'a Json> {
         .or_else(|| j.get(key))
 }
 
-fn rope_from_json(j: &Json, cfg_path: &Path) -> Result<(f32, Option<YarnScaling>), ModelError> {
-    let params = j.get("rope_parameters").filter(|v| v.is_object());
-    let scaling = j.get("rope_scaling").filter(|v| v.is_object());
-    let theta = params
-        .and_then(|p| p.get("rope_theta"))
-        .or_else(|| j.get("rope_theta"))
-        .and_then(Json::as_f64)
-        .unwrap_or(10_000.0) as f32;
-    let mut yarn = None;
-    for block in [params, scaling].into_iter().flatten() {
-        let ty = block
-            .get("rope_type")
-            .or_else(|| block.get("type"))
-            .and_then(Json::as_str)
-            .unwrap_or("default");
-        match ty {
-            "default" => {}
-            "yarn" => {
-                let num = |k: &str| block.get(k).and_then(Json::as_f64);
-                let factor = num("factor")
-                    .ok_or_else(|| err(cfg_path, "yarn rope scaling without a factor"))?;
-                let orig = num("original_max_position_embeddings").ok_or_else(|| {
-                    err(
-                        cfg_path,
-                        "yarn rope scaling without original_max_position_embeddings",
-                    )
-                })?;
-                // HF: `attention_factor`, else from `mscale` / `mscale_all_dim` when both are
-                // set, else 0.1·ln(factor) + 1 (left to the graph).
-                let mscale = |m: f64| {
-                    if factor <= 1.0 {
-                        1.0
-                    } else {
-                        0.1 * m * factor.ln() + 1.0
-                    }
-                };
-                let attention_factor = match (
-                    num("attention_factor"),
-                    num("mscale"),
-                    num("mscale_all_dim"),
-                ) {
-                    (Some(a), _, _) => Some(a as f32),
-                    (None, Some(m), Some(ma)) if m != 0.0 && ma != 0.0 => {
-                        Some((mscale(m) / mscale(ma)) as f32)
-                    }
-                    _ => None,
-                };
-                yarn = Some(YarnScaling {
-                    factor: factor as f32,
-                    original_context_length: orig as usize,
-                    // HF: `get("beta_fast") or 32` (a 0 also means the default).
-                    beta_fast: num("beta_fast").filter(|&v| v != 0.0).unwrap_or(32.0) as f32,
-                    beta_slow: num("beta_slow").filter(|&v| v != 0.0).unwrap_or(1.0) as f32,
-                    attention_factor,
-                    truncate: block
-                        .get("truncate")
-                        .and_then(Json::as_bool)
-                        .unwrap_or(true),
-                });
-                break;
-            }
-            other => {
-                return Err(err(
-                    cfg_path,
-                    format!("rope type '{other}' is not supported"),
-                ));
-            }
-        }
-    }
-    Ok((theta, yarn))
-}
-
 /// The drafter config from `config.json` and the tensor shapes.
 fn derive_config(
     cfg_path: &Path,
@@ -344,7 +272,7 @@ fn derive_config(
     let block_size = dflash_key(j, "block_size")
         .and_then(Json::as_u64)
         .ok_or_else(|| err(cfg_path, "block_size is missing"))? as usize;
-    let (rope_theta, rope_scaling) = rope_from_json(j, cfg_path)?;
+    let (rope_theta, rope_scaling) = crate::model::rope_scaling::from_json(j, cfg_path)?;
     // Sliding window: only where attention is not declared bidirectional everywhere
     // (Lucebox: a top-level `is_causal: false` drops the pattern).
     let causal_flag = j.get("is_causal").and_then(Json::as_bool);

@@ -1,6 +1,6 @@
 //! Binds a `qwen35-dflash-draft` GGUF file: config from `{arch}.*` keys, weights zero-copy.
 
-use super::config::{DFlash2Config, DFlashConfig, DSparkConfig, YarnScaling};
+use super::config::{DFlash2Config, DFlashConfig, DSparkConfig};
 use super::{ARCH, DFlash, llamacpp, names};
 use crate::backend::{HostTensor, WeightStore};
 use crate::gguf::GgufFile;
@@ -35,60 +35,6 @@ pub(super) fn sliding(
         vec![false; n_layers]
     };
     Ok((window, pattern))
-}
-
-/// YaRN keys (`{A}.rope.scaling.*`); both beta spellings are accepted (Lucebox `beta_fast`,
-/// llama.cpp `yarn_beta_fast`), `attn_factor` and `truncate` are optional.
-pub(super) fn yarn(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, ModelError> {
-    let k = |s: &str| format!("{a}.rope.scaling.{s}");
-    let Some(ty) = f.get(&k("type")) else {
-        return Ok(None);
-    };
-    let ty = ty
-        .as_str()
-        .ok_or_else(|| cfg_err(format!("{} is not a string", k("type"))))?;
-    if ty == "none" || ty == "linear" && f.get(&k("factor")).is_none() {
-        return Ok(None);
-    }
-    if ty != "yarn" {
-        return Err(cfg_err(format!(
-            "rope scaling type '{ty}' is not supported"
-        )));
-    }
-    let opt = |names: &[&str]| -> Result<Option<f32>, ModelError> {
-        for n in names {
-            if f.get(&k(n)).is_some() {
-                return Ok(Some(f.get_f32(&k(n))?));
-            }
-        }
-        Ok(None)
-    };
-    let num = |names: &[&str], default: Option<f32>| -> Result<f32, ModelError> {
-        opt(names)?
-            .or(default)
-            .ok_or_else(|| cfg_err(format!("{} is missing", k(names[0]))))
-    };
-    let orig = match f.get(&k("original_context_length")) {
-        Some(_) => f.get_u64(&k("original_context_length"))? as usize,
-        None => {
-            return Err(cfg_err(format!(
-                "{} is missing",
-                k("original_context_length")
-            )));
-        }
-    };
-    let truncate = match f.get(&k("truncate")) {
-        Some(_) => f.get_bool(&k("truncate"))?,
-        None => true,
-    };
-    Ok(Some(YarnScaling {
-        factor: num(&["factor"], None)?,
-        original_context_length: orig,
-        beta_fast: num(&["beta_fast", "yarn_beta_fast"], Some(32.0))?,
-        beta_slow: num(&["beta_slow", "yarn_beta_slow"], Some(1.0))?,
-        attention_factor: opt(&["attn_factor"])?,
-        truncate,
-    }))
 }
 
 pub(super) fn config_from_gguf(f: &GgufFile) -> Result<DFlashConfig, ModelError> {
@@ -151,7 +97,7 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<DFlashConfig, ModelError>
         head_dim,
         eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
         rope_theta: f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0),
-        rope_scaling: yarn(f, a)?,
+        rope_scaling: crate::model::rope_scaling::from_gguf(f, a)?,
         context_length: opt_u("context_length")?.unwrap_or(32_768),
         block_size: u("dflash.block_size")?,
         mask_token_id,

@@ -19,7 +19,7 @@
 //! than the DFlash ones is refused, naming them.
 
 use super::config::DFlashConfig;
-use super::gguf_load::{cfg_err, sliding, yarn};
+use super::gguf_load::{cfg_err, sliding};
 use super::names;
 use crate::gguf::GgufFile;
 use crate::model::ModelError;
@@ -105,7 +105,7 @@ pub(super) fn config(f: &GgufFile) -> Result<DFlashConfig, ModelError> {
         head_dim,
         eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
         rope_theta: f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0),
-        rope_scaling: yarn(f, a)?,
+        rope_scaling: crate::model::rope_scaling::from_gguf(f, a)?,
         context_length: opt_u(&k("context_length"))?.unwrap_or(32_768),
         block_size: u("block_size")?,
         mask_token_id,

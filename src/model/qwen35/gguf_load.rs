@@ -102,6 +102,7 @@ pub(super) fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config, ModelError>
             .map(|v| v as usize)
             .unwrap_or(head_dim),
         rope_theta: f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0),
+        rope_scaling: crate::model::rope_scaling::from_gguf(f, a)?,
         eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
         conv_kernel: u("ssm.conv_kernel")?,
         nk: u("ssm.group_count")?,

@@ -2,7 +2,7 @@
 
 use super::Qwen35;
 use super::names::{self, blk};
-use crate::graph::{AttnParams, GdnParams, Graph, GraphBuilder, GraphError, TensorId};
+use crate::graph::{AttnParams, GdnParams, Graph, GraphBuilder, GraphError, RopeParams, TensorId};
 use crate::model::{LayerKind, ModelError};
 use crate::tensor::DType;
 
@@ -82,7 +82,11 @@ impl Ctx<'_> {
     fn attention(&mut self, i: usize, x: TensorId) -> Result<TensorId, ModelError> {
         let c = &self.m.cfg;
         let (t, nh, nkv, hd, eps) = (self.t, c.n_heads, c.n_kv_heads, c.head_dim, c.eps);
-        let (rot, theta) = (c.rot, c.rope_theta);
+        let rope = RopeParams {
+            rot: c.rot,
+            theta: c.rope_theta,
+            yarn: c.rope_scaling.as_ref().map(|y| y.to_graph()),
+        };
         // attn_q interleaves query and gate per head: [q_h (hd) | gate_h (hd)] for each head.
         let qg = self.lin(x, &blk(i, "attn_q.weight"))?;
         let qg = self.b.reshape(qg, &[t, nh, 2 * hd])?;
@@ -96,8 +100,8 @@ impl Ctx<'_> {
         let kn = self.w(&blk(i, "attn_k_norm.weight"))?;
         let q = self.b.rms_norm(q, qn, eps)?;
         let k = self.b.rms_norm(k, kn, eps)?;
-        let q = self.b.rope(q, self.pos, rot, theta)?;
-        let k = self.b.rope(k, self.pos, rot, theta)?;
+        let q = self.b.rope_with(q, self.pos, rope)?;
+        let k = self.b.rope_with(k, self.pos, rope)?;
         let cap = self.cap;
         let kc = self.b.state(&names::k_cache(i), &[cap, nkv, hd])?;
         let vc = self.b.state(&names::v_cache(i), &[cap, nkv, hd])?;

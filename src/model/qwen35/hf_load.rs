@@ -67,6 +67,7 @@ fn config_from_json(path: &Path, root: &Json) -> Result<Qwen35Config, ModelError
         head_dim,
         rot: (head_dim as f64 * rope_f("partial_rotary_factor").unwrap_or(1.0)) as usize,
         rope_theta: rope_f("rope_theta").unwrap_or(10_000.0) as f32,
+        rope_scaling: crate::model::rope_scaling::from_json(j, path)?.1,
         eps: j.get("rms_norm_eps").and_then(Json::as_f64).unwrap_or(1e-6) as f32,
         conv_kernel: u("linear_conv_kernel_dim")?,
         nk: u("linear_num_key_heads")?,
