@@ -297,4 +297,14 @@ fn yarn_rope_scaling_is_applied_from_gguf_keys_and_hf_configs_alike() {
         "{}",
         err(&linear)
     );
+    // A linear factor of 1 scales nothing.
+    let unit = rewrite(
+        "linear-1",
+        &[
+            ("qwen35.rope.scaling.type", Some(Value::from("linear"))),
+            ("qwen35.rope.scaling.factor", Some(Value::F32(1.0))),
+        ],
+        &[],
+    );
+    assert_eq!(logits(&Qwen35::load(&unit).unwrap()), b);
 }

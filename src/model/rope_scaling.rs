@@ -57,7 +57,13 @@ pub(crate) fn from_gguf(f: &GgufFile, a: &str) -> Result<Option<YarnScaling>, Mo
     let ty = ty
         .as_str()
         .ok_or_else(|| cfg_err(format!("{} is not a string", k("type"))))?;
-    if ty == "none" || ty == "linear" && f.get(&k("factor")).is_none() {
+    // llama.cpp's default type is "linear", and a linear factor of 1 scales nothing.
+    let unit_linear = ty == "linear"
+        && match f.get(&k("factor")) {
+            None => true,
+            Some(_) => f.get_f32(&k("factor"))? == 1.0,
+        };
+    if ty == "none" || unit_linear {
         return Ok(None);
     }
     if ty != "yarn" {
