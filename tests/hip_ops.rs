@@ -203,7 +203,7 @@ fn ks(dtype: DType) -> Vec<usize> {
 
 #[test]
 fn matmul_every_type_gemv_and_tiled() {
-    // gemv_max_n: default (GEMV up to 64 rows), 0 (always tiled), huge (always GEMV); f32
+    // gemv_max_n: default (f32 GEMV up to 64 rows), 0 (always tiled), huge (always GEMV); f32
     // activations (the int8 path has its own test below).
     for (label, max_n) in [
         ("default", None),
@@ -264,7 +264,7 @@ fn matmul_int8_activations_match_the_quantized_reference() {
                 let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
                 let Some(mut p) = Pair::with("matmul_int8", &w, &[], |g| {
                     g.set_int8_matmul(true);
-                    g.set_gemv_max_n(usize::MAX); // 33 rows too (two passes of 16 + 1)
+                    g.set_int8_max_n(usize::MAX); // the default: 33 rows too (two passes of 16 + 1)
                 }) else {
                     return;
                 };

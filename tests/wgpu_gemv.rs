@@ -260,14 +260,13 @@ fn gemv_int8_rows_do_not_depend_on_the_batch() {
 
 #[test]
 fn prefill_widths_on_the_int8_path_equal_their_decode() {
-    // With the int8 path widened past 64 rows (`DELTASPEC_WGPU_INT8_MAX_N`, the prefill A/B),
-    // a 90-row input runs as several GEMV dispatches over one quantization; each row must still
+    // The int8 path takes every width by default (`DELTASPEC_WGPU_INT8_MAX_N` narrows it): a
+    // 90-row input runs as several GEMV dispatches over one quantization; each row must still
     // be its 1-row decode, bit for bit.
     let k = 256 * 2;
     for &t in &[DType::Q8_0, DType::Iq4Xs] {
         let Some(mut g) = gpu_with(WgpuOptions {
             int8_matmul: Some(true),
-            int8_max_n: Some(128),
             ..Default::default()
         }) else {
             return;

@@ -6,7 +6,8 @@
 # cores) while the model is synthesized; ~6 min in all. Results go to stdout, build logs to $OUT.
 set -u
 root=$PWD
-cd carry && xz -dc bins.tar.xz | tar xf - && cd ..
+# A subshell: a failed unpack must not leave the script inside carry/.
+(cd carry && xz -dc bins.tar.xz | tar xf -) || { echo "carry/bins.tar.xz did not unpack"; exit 1; }
 ds=carry/deltaspec; w=/tmp/w; mkdir -p $w
 head -1 carry/MANIFEST
 t0=$SECONDS
@@ -29,10 +30,10 @@ for i in 1 2; do
   timeout 60 $ds bench decode --model $w/m.gguf --backend hip:cuda -n 64 --bw-mib 2048 2>&1 | grep -E "decode:|roofline|bandwidth" | sed "s/^/[deltaspec $i] /"
 done
 # Prompt processing (llama-bench pp512; ours the same 512 tokens in one chunk): the default lowering
-# (prompts wider than 64 rows take the f32 tiled kernel) and the int8 GEMV / matrix-core path at
-# every width (DELTASPEC_HIP_GEMV_MAX_N=512).
+# (the int8 GEMV / matrix-core path at every width, since session 18) and the old one (prompts
+# wider than 64 rows on the f32 tiled kernel: DELTASPEC_HIP_INT8_MAX_N=64).
 timeout 150 $lb -m $w/m.gguf -fa 1 -ngl 99 -p 512 -n 0 -r 3 2>&1 | grep -E "pp512" | sed "s/^/[llama] /"
-for cfg in - DELTASPEC_HIP_GEMV_MAX_N=512; do
+for cfg in - DELTASPEC_HIP_INT8_MAX_N=64; do
   s=(); [ "$cfg" != "-" ] && s=($cfg)
   env "${s[@]}" timeout 120 $ds bench prefill --model $w/m.gguf --backend hip:cuda -p 512 -r 3 2>&1 | grep -E "prefill:" | sed "s/^/[deltaspec $cfg] /"
 done

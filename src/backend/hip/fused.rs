@@ -56,7 +56,7 @@ fn int8_matmul(
     let (n, k, m) = (x.shape[0], x.shape[1], w.shape[0]);
     let suffix = weight_kernel(w.dtype, k)?;
     let row_bytes = w.dtype.bytes_for(k)? as u64;
-    (n <= be.gemv_max_n && kernels::QGEMV_TYPES.contains(&suffix))
+    (n <= be.int8_max_n && kernels::QGEMV_TYPES.contains(&suffix))
         .then_some((suffix, n, k, m, row_bytes))
 }
 
@@ -69,7 +69,7 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
     let lim = Limits {
         max_binding: u64::MAX,
         max_storage: u32::MAX,
-        max_rows: be.gemv_max_n,
+        max_rows: be.int8_max_n,
         max_segments: kernels::QGEMV_SEGMENTS,
     };
     let found = fuse::find(g, &lim);

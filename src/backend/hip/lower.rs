@@ -413,7 +413,7 @@ pub(super) fn node(
                 u32_of(m)?,
                 Arg::U64(row_bytes),
             ];
-            if n <= be.gemv_max_n && be.int8_matmul && kernels::QGEMV_TYPES.contains(&suffix) {
+            if n <= be.int8_max_n && be.int8_matmul && kernels::QGEMV_TYPES.contains(&suffix) {
                 return qgemv(be, env, node, suffix, n, k, m, row_bytes, None);
             }
             if n <= be.gemv_max_n {
