@@ -602,3 +602,65 @@ fn iq4_grid_lookups_match_the_table_bit_for_bit() {
     }
     assert!(Iq4Lookup::parse("selects").is_err());
 }
+
+/// The backend when its adapter has cooperative matrices, else `None` (with a note on stderr;
+/// `DELTASPEC_REQUIRE_COOP=1` turns the skip into a failure, for the GPU machine's runs).
+fn coop_gpu(int8: bool) -> Option<WgpuBackend> {
+    let g = gpu_with(WgpuOptions {
+        int8_matmul: Some(int8),
+        ..Default::default()
+    })?;
+    if g.has_coop() {
+        return Some(g);
+    }
+    assert!(
+        std::env::var("DELTASPEC_REQUIRE_COOP").is_err(),
+        "DELTASPEC_REQUIRE_COOP is set but {} has no usable cooperative matrices",
+        g.name()
+    );
+    eprintln!("skipped: {} has no usable cooperative matrices", g.name());
+    None
+}
+
+#[test]
+fn coop_prompt_widths_every_type_and_odd_sizes() {
+    // f16 operands keep 11 bits: the L2-relative error of a sum of random products is ~1e-3.
+    for int8 in [false, true] {
+        let Some(mut g) = coop_gpu(int8) else {
+            return;
+        };
+        for (i, &t) in TYPES.iter().enumerate() {
+            let mut b = B::new(900 + i as u64);
+            // K = 288 for the plain floats: not a multiple of the kernel's 32-wide K steps.
+            let k = if t.is_quantized() { 256 * 3 } else { 288 + 5 };
+            // 130 and 37 rows: the last 64-row tile part full, part empty.
+            let w = b.weight("w", t, &[130, k], 0.5, 0.0);
+            let w2 = b.weight("w2", t, &[37, k], 0.5, 0.0);
+            for n in [65usize, 100, 129, 200] {
+                let x = b.input(&format!("x{n}"), &[n, k], 1.0);
+                let y = b.b.matmul(x, w).unwrap();
+                b.out(&format!("y{n}"), y);
+                let y2 = b.b.matmul(x, w2).unwrap();
+                b.out(&format!("z{n}"), y2);
+            }
+            check(&mut g, &b.case(), 3e-3, &format!("coop {t} (int8 {int8})"));
+        }
+    }
+}
+
+#[test]
+fn coop_prompt_step_with_fusable_neighbours() {
+    // A prompt-wide step: projections sharing an input, the SwiGLU and the sigmoid gate around
+    // matmuls on the cooperative-matrix kernel, none fused into GEMVs at this width.
+    for int8 in [false, true] {
+        let Some(mut g) = coop_gpu(int8) else {
+            return;
+        };
+        check(
+            &mut g,
+            &step_like(70),
+            3e-3,
+            &format!("coop step (int8 {int8})"),
+        );
+    }
+}

@@ -74,9 +74,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
         if rep > 0 {
             times.push(t.elapsed().as_secs_f64());
+        } else {
+            // DELTASPEC_PROFILE=1: the table covers the timed prompts only.
+            crate::backend::profile::reset();
         }
     }
     s.release(empty)?;
+    // Per prompt ("ms/step" is ms per prompt here).
+    crate::backend::profile::report(a.reps as f64);
     let tps: Vec<f64> = times.iter().map(|t| a.prompt as f64 / t).collect();
     let (tps_mean, tps_sd) = mean_sd(&tps);
     let (ms_mean, _) = mean_sd(&times);

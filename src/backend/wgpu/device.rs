@@ -10,6 +10,9 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     pub subgroups: bool,
     pub f16: bool,
+    /// 16 × 16 × 16 f16 cooperative matrices with f32 accumulators on subgroups of exactly 32
+    /// lanes (`shaders/matmul_coop.wgsl`; `DELTASPEC_WGPU_COOP=0` turns them off).
+    pub coop: bool,
     /// Timestamp queries inside compute passes (requested only when profiling).
     pub timestamps: bool,
     /// Errors the device reported outside an error scope (validation, out of memory).
@@ -82,6 +85,10 @@ pub fn open() -> Result<Gpu, String> {
     if f16 {
         features |= wgpu::Features::SHADER_F16;
     }
+    let coop = f16 && subgroups && coop_usable(&adapter, &info);
+    if coop {
+        features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    }
     let ts = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
     let timestamps = crate::backend::profile::enabled() && have.contains(ts);
     if timestamps {
@@ -92,7 +99,16 @@ pub fn open() -> Result<Gpu, String> {
         label: Some("deltaspec"),
         required_features: features,
         required_limits: limits.clone(),
-        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        experimental_features: if coop {
+            // SAFETY: wgpu marks cooperative matrices experimental (its implementation may
+            // still have bugs). We use them in one kernel, only in the one configuration the
+            // driver reported (`coop_usable`), on workgroup memory the kernel sizes itself;
+            // the kernel is checked against the CPU reference on every device that has it
+            // (tests/wgpu_coop.rs), and `DELTASPEC_WGPU_COOP=0` keeps the feature off.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        },
         memory_hints: wgpu::MemoryHints::Performance,
         trace: wgpu::Trace::Off,
     }))
@@ -111,7 +127,27 @@ pub fn open() -> Result<Gpu, String> {
         limits,
         subgroups,
         f16,
+        coop,
         timestamps,
         errors,
+    })
+}
+
+/// Whether the adapter offers what `shaders/matmul_coop.wgsl` needs: the experimental
+/// feature, a subgroup-scoped 16 × 16 × 16 f16 × f16 + f32 configuration, and subgroups of
+/// exactly 32 lanes (the kernel splits its tile over four of them).
+fn coop_usable(adapter: &wgpu::Adapter, info: &wgpu::AdapterInfo) -> bool {
+    if std::env::var("DELTASPEC_WGPU_COOP").is_ok_and(|v| v == "0")
+        || !adapter
+            .features()
+            .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        || info.subgroup_min_size != 32
+        || info.subgroup_max_size != 32
+    {
+        return false;
+    }
+    adapter.cooperative_matrix_properties().iter().any(|p| {
+        use wgpu::CooperativeScalarType as T;
+        [p.m_size, p.n_size, p.k_size] == [16, 16, 16] && p.ab_type == T::F16 && p.cr_type == T::F32
     })
 }

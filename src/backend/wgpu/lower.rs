@@ -118,6 +118,8 @@ pub struct Caps {
     pub int8: bool,
     /// The widest input on the int8 path (default [`shaders::INT8_MAX_N`]).
     pub int8_max_n: usize,
+    /// Cooperative matrices for prompt-wide matmuls (see [`shaders::COOP_MIN_N`]).
+    pub coop: bool,
     /// With `int8`: a norm whose output an int8 GEMV reads also writes the quantized
     /// activations, and the GEMV skips its quantize dispatch (`DELTASPEC_WGPU_NORM_Q8=0`: off).
     pub norm_q8: bool,
@@ -145,6 +147,7 @@ pub(super) struct Ctx<'g> {
     pub subgroup_min: u32,
     pub int8: bool,
     pub int8_max_n: usize,
+    pub coop: bool,
     norm_q8: bool,
     weight_kernels: shaders::WeightKernels,
     pub q8: Option<Q8Buf>,
@@ -878,6 +881,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         subgroup_min: if caps.subgroups { caps.subgroup_min } else { 0 },
         int8: caps.int8,
         int8_max_n: caps.int8_max_n,
+        coop: caps.coop,
         norm_q8: caps.int8 && caps.norm_q8,
         weight_kernels: caps.weight_kernels.clone(),
         q8: None,

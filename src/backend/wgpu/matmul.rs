@@ -46,7 +46,16 @@ fn u(op: &Op, v: usize) -> Result<u32, BackendError> {
 impl Ctx<'_> {
     /// Whether a matmul of `n` rows over K = `k` takes the int8-activation path.
     fn int8_applies(&self, t: DType, n: usize, k: usize) -> bool {
-        self.int8 && INT8_TYPES.contains(&t) && k.is_multiple_of(32) && n <= self.int8_max_n
+        self.int8
+            && INT8_TYPES.contains(&t)
+            && k.is_multiple_of(32)
+            && n <= self.int8_max_n
+            && !self.coop_applies(n)
+    }
+
+    /// Whether a matmul of `n` rows takes the cooperative-matrix kernel.
+    fn coop_applies(&self, n: usize) -> bool {
+        self.coop && n >= shaders::COOP_MIN_N
     }
 
     /// The int8 activation buffers sized for N = `n`, K = `k`: `(packed values, scales)`.
@@ -327,10 +336,35 @@ impl Ctx<'_> {
             },
         };
         let y = self.res(nd.outputs[0]);
-        let gemv = n <= *GEMV_BUCKETS.last().expect("buckets") as usize
-            || self.int8_applies(w.dtype, n, k);
+        let coop = self.coop_applies(n);
+        let gemv = !coop
+            && (n <= *GEMV_BUCKETS.last().expect("buckets") as usize
+                || self.int8_applies(w.dtype, n, k));
         for (r, first, rows) in w.parts {
-            if gemv {
+            let params = [
+                u(op, n)?,
+                u(op, k)?,
+                u(op, rows)?,
+                u(op, w.row_bytes)?,
+                u(op, m)?,
+                u(op, first)?,
+            ];
+            if coop {
+                let t = shaders::COOP_TILE;
+                let (gx, gy) = (u(op, rows.div_ceil(t))?, u(op, n.div_ceil(t))?);
+                if gx > 65535 || gy > 65535 {
+                    return Err(unsupported(
+                        op,
+                        format!("{n} × {rows} outputs exceed the grid"),
+                    ));
+                }
+                self.step(
+                    shaders::coop_key(w.dtype),
+                    p(&params),
+                    vec![src.x, r, y],
+                    [gx, gy, 1],
+                );
+            } else if gemv {
                 let seg = Seg {
                     w: r,
                     rows,
@@ -350,14 +384,7 @@ impl Ctx<'_> {
                 }
                 self.step(
                     shaders::tiled_key(w.dtype, tn),
-                    p(&[
-                        u(op, n)?,
-                        u(op, k)?,
-                        u(op, rows)?,
-                        u(op, w.row_bytes)?,
-                        u(op, m)?,
-                        u(op, first)?,
-                    ]),
+                    p(&params),
                     vec![src.x, r, y],
                     [gx, gy, 1],
                 );

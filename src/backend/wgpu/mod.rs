@@ -311,9 +311,14 @@ impl WgpuBackend {
         self.gpu.subgroups
     }
 
-    /// Whether the device has f16 shader arithmetic (requested; the kernels do not need it yet).
+    /// Whether the device has f16 shader arithmetic (requested when present).
     pub fn has_f16(&self) -> bool {
         self.gpu.f16
+    }
+
+    /// Whether prompt-wide matmuls run on cooperative matrices (`shaders/matmul_coop.wgsl`).
+    pub fn has_coop(&self) -> bool {
+        self.gpu.coop
     }
 
     /// The adapter's name, backend and type.
@@ -695,6 +700,9 @@ impl Backend for WgpuBackend {
         if !laid.is_empty() {
             extra += &format!(", re-laid {}", laid.join("+"));
         }
+        if self.gpu.coop {
+            extra += ", f16 matrix cores for prompts";
+        }
         if self.wk.iq4_lookup != shaders::Iq4Lookup::Table {
             extra += &format!(", IQ4_XS {} lookup", self.wk.iq4_lookup.name());
         }
@@ -889,6 +897,7 @@ impl Backend for WgpuBackend {
                 && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),
             int8: self.opts.int8(),
             int8_max_n: self.opts.int8_max_n(),
+            coop: self.gpu.coop,
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),

@@ -25,6 +25,10 @@ pub const FILES: &[(&str, &str)] = &[
         "matmul_tiled",
         include_str!("../../../shaders/matmul_tiled.wgsl"),
     ),
+    (
+        "matmul_coop",
+        include_str!("../../../shaders/matmul_coop.wgsl"),
+    ),
     ("embed", include_str!("../../../shaders/embed.wgsl")),
     (
         "elementwise",
@@ -53,6 +57,7 @@ pub const INCLUDES: &[(&str, &str)] = &[("q8block", include_str!("../../../shade
 pub const WRITES_BEFORE_READS: &[&str] = &[
     "matmul",
     "matmul_tiled",
+    "matmul_coop",
     "norm",
     "select",
     "lse",
@@ -135,6 +140,11 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
         .map(|(_, s)| *s)
         .ok_or_else(|| format!("no shader template '{}'", key.file))?;
     let mut out = String::with_capacity(tmpl.len() + 4096);
+    // WGSL wants `enable` directives before any declaration, so they go above the header.
+    for line in tmpl.lines().filter(|l| l.starts_with("enable ")) {
+        out.push_str(line);
+        out.push('\n');
+    }
     out.push_str(HEADER);
     for (name, v) in &key.consts {
         let _ = writeln!(out, "const {name}: u32 = {v}u;");
@@ -190,7 +200,7 @@ pub fn source(key: &ShaderKey) -> Result<String, String> {
                     .ok_or_else(|| format!("{}: no include '{name}'", key.file))?;
                 out.push_str(text);
             }
-        } else if active(&stack) {
+        } else if active(&stack) && !line.starts_with("enable ") {
             let mut line = line.to_string();
             if line.contains("@binding(#)") {
                 binding += 1;
@@ -478,6 +488,20 @@ pub fn tiled_key(t: DType, tn: u32) -> ShaderKey {
     ShaderKey::new("matmul_tiled").c("TN", tn).dq("W", t)
 }
 
+/// Output tile (both sides) of the cooperative-matrix kernel.
+pub const COOP_TILE: usize = 64;
+
+/// Narrowest input on the cooperative-matrix kernel, where the device has it: wider than any
+/// verify step (tree budgets of up to 64 rows), which must take decode's int8 kernels so that
+/// a verified row equals its decode bit for bit. So only prompts (and drafter context) use it.
+pub const COOP_MIN_N: usize = 65;
+
+/// The cooperative-matrix kernel over weights of type `t` (`shaders/matmul_coop.wgsl`).
+pub fn coop_key(t: DType) -> ShaderKey {
+    // SG: the kernel uses subgroup builtins (validation and SPIR-V capabilities read it).
+    ShaderKey::new("matmul_coop").flag("SG").dq("W", t)
+}
+
 /// A representative set of every template's variants (all flags, every weight type in every
 /// weight slot), for validation without a GPU.
 pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
@@ -530,6 +554,9 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
         }
         for &tn in TILE_N {
             v.push(tiled_key(t, tn));
+        }
+        if subgroups {
+            v.push(coop_key(t));
         }
         v.push(ShaderKey::new("embed").dq("W", t));
         for mode in ["RMS", "ADD", "GATED"] {
@@ -709,6 +736,11 @@ pub fn validate_info(
     let mut caps = Capabilities::empty();
     if subgroups {
         caps |= Capabilities::SUBGROUP;
+    }
+    // Only the cooperative-matrix kernel enables these (its pipelines are built only on
+    // devices that have both).
+    if src.starts_with("enable ") {
+        caps |= Capabilities::SHADER_FLOAT16 | Capabilities::COOPERATIVE_MATRIX;
     }
     let info = Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
