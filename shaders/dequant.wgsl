@@ -260,12 +260,17 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
 }
 
 //! IQ4_XS
-var<private> $F_KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 // kv[n] as an int8 byte (n < 16) from the grid packed four to a word: registers only (a
 // private array indexed at run time may live in memory).
 fn $F_kvb(n: u32) -> u32 {
     let w = select(select(0xbfad9881u, 0xf6eaddcfu, (n & 4u) != 0u), select(0x26190d01u, 0x71594535u, (n & 4u) != 0u), n >= 8u);
     return (w >> (8u * (n & 3u))) & 0xffu;
+}
+// kv[n] as f32, from registers. The f32 decode used to index a `var<private>` copy of the
+// grid, which NVIDIA's driver keeps per invocation in local memory: a memory load for every
+// weight of the tiled and cooperative-matrix kernels.
+fn $F_kvf(n: u32) -> f32 {
+    return f32(bitcast<i32>($F_kvb(n) << 24u) >> 24u);
 }
 // Block `blk` of the row at byte `ro` (in the ggml layout) through the layout's `$F_hdr`
 // (words 0 and 1: d | scales_h << 16, scales_l), `$F_qs` (sub-block ib's 16 qs bytes) and
@@ -280,7 +285,7 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     let hi = (h.x >> (16u + 2u * ib)) & 3u;
     let dl = $F_h2f(h.x & 0xffffu) * f32(i32(lo | (hi << 4u)) - 32);
     let q = $F_qw(ro, blk, 4u * ib + ((j & 15u) >> 2u)) >> select(0u, 4u, j >= 16u);
-    return dl * vec4<f32>($F_KV[q & 0xfu], $F_KV[(q >> 8u) & 0xfu], $F_KV[(q >> 16u) & 0xfu], $F_KV[(q >> 24u) & 0xfu]);
+    return dl * vec4<f32>($F_kvf(q & 0xfu), $F_kvf((q >> 8u) & 0xfu), $F_kvf((q >> 16u) & 0xfu), $F_kvf((q >> 24u) & 0xfu));
 }
 const $F_SUB: u32 = 32u;
 const $F_SUB4: u32 = 8u;
@@ -288,7 +293,7 @@ const $F_SUB4: u32 = 8u;
 var<workgroup> $F_KT: array<f32, 16>;
 fn $F_init(tid: u32) {
     if tid < 16u {
-        $F_KT[tid] = $F_KV[tid];
+        $F_KT[tid] = $F_kvf(tid);
     }
 }
 fn $F_kv4(q: u32) -> vec4<f32> {

@@ -126,3 +126,27 @@ fn argmax_only_and_headless_steps_match_the_full_step() {
         );
     }
 }
+
+#[test]
+fn verify_graphs_ask_for_rows_equal_to_decode() {
+    // Prompts may take prompt-only kernels (wgpu's cooperative-matrix matmul); verify steps,
+    // chain (every row's logits) or tree, must keep decode's kernels so greedy speculation is
+    // lossless.
+    let m = Qwen35::load(&fixtures().join("models/tiny-a")).unwrap();
+    let last = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        ..Default::default()
+    };
+    assert!(!m.step_graph(100, 128, &last).unwrap().rows_match_decode);
+    assert!(
+        m.step_graph(100, 128, &all_rows())
+            .unwrap()
+            .rows_match_decode
+    );
+    assert!(
+        m.tree_graph(100, 128, 100, &last)
+            .unwrap()
+            .rows_match_decode
+    );
+}

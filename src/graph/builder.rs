@@ -321,6 +321,11 @@ impl GraphBuilder {
         Ok((o[0], o[1]))
     }
 
+    /// Marks the graph's rows as compared with 1-row decode (see [`Graph::rows_match_decode`]).
+    pub fn set_rows_match_decode(&mut self, on: bool) {
+        self.g.rows_match_decode = on;
+    }
+
     pub fn build(self) -> Graph {
         self.g
     }

@@ -93,6 +93,10 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// Named outputs the caller reads back after a run.
     pub outputs: Vec<(String, TensorId)>,
+    /// Every row must equal, bit for bit, what a 1-row graph computes for it: verify steps,
+    /// whose argmaxes are compared with plain decode's. Backends then keep decode's kernels
+    /// at any width (no prompt-only kernel such as wgpu's cooperative-matrix matmul).
+    pub rows_match_decode: bool,
 }
 
 impl Graph {

@@ -66,13 +66,14 @@ for d in dflash-27b dspark-27b dflash2-27b; do
 done
 
 if want tests; then
-    export DELTASPEC_REQUIRE_GPU=1 RUST_BACKTRACE=1
+    # The H200 has cooperative matrices: their wgpu tests must run, not skip.
+    export DELTASPEC_REQUIRE_GPU=1 DELTASPEC_REQUIRE_COOP=1 RUST_BACKTRACE=1
     step 30 "$bin/hip_build" --test-threads=1
     for t in hip_ops hip_graph hip_fused tree_ops draft_gpu dflash2_ops spec_tree hip_spec_graphs wgpu_ops wgpu_model wgpu_gemv; do
         # cli_* tests run the deltaspec binary from the build tree, which is not there.
         [ -x "$bin/$t" ] && step 120 "$bin/$t" --test-threads=2 --skip cli_
     done
-    unset DELTASPEC_REQUIRE_GPU
+    unset DELTASPEC_REQUIRE_GPU DELTASPEC_REQUIRE_COOP
 fi
 
 if want hip; then
@@ -101,7 +102,8 @@ if want prefill; then
     done
     # The old lowering (prompts wider than 64 rows on the f32 tiled kernel), for the ratio.
     step 120 env DELTASPEC_HIP_INT8_MAX_N=64 "$ds" bench prefill --model "$iq4" --backend hip:cuda -p 512 -r 3 --json
-    step 120 env DELTASPEC_WGPU_INT8_MAX_N=64 "$ds" bench prefill --model "$iq4" --backend wgpu -p 512 -r 3 --json
+    step 120 env DELTASPEC_WGPU_COOP=0 "$ds" bench prefill --model "$iq4" --backend wgpu -p 512 -r 3 --json
+    step 120 env DELTASPEC_WGPU_COOP=0 DELTASPEC_WGPU_INT8_MAX_N=64 "$ds" bench prefill --model "$iq4" --backend wgpu -p 512 -r 3 --json
 fi
 
 if want kernels; then

@@ -55,7 +55,7 @@ impl Ctx<'_> {
 
     /// Whether a matmul of `n` rows takes the cooperative-matrix kernel.
     fn coop_applies(&self, n: usize) -> bool {
-        self.coop && n >= shaders::COOP_MIN_N
+        self.coop && n >= shaders::COOP_MIN_N && !self.g.rows_match_decode
     }
 
     /// The int8 activation buffers sized for N = `n`, K = `k`: `(packed values, scales)`.

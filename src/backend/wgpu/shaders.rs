@@ -491,9 +491,9 @@ pub fn tiled_key(t: DType, tn: u32) -> ShaderKey {
 /// Output tile (both sides) of the cooperative-matrix kernel.
 pub const COOP_TILE: usize = 64;
 
-/// Narrowest input on the cooperative-matrix kernel, where the device has it: wider than any
-/// verify step (tree budgets of up to 64 rows), which must take decode's int8 kernels so that
-/// a verified row equals its decode bit for bit. So only prompts (and drafter context) use it.
+/// Narrowest input on the cooperative-matrix kernel, where the device has it (measured at 512
+/// rows only). Verify steps never take it, at any width ([`crate::graph::Graph::rows_match_decode`]):
+/// their rows must equal decode's int8 rows bit for bit. So prompts and drafters use it.
 pub const COOP_MIN_N: usize = 65;
 
 /// The cooperative-matrix kernel over weights of type `t` (`shaders/matmul_coop.wgsl`).

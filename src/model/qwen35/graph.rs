@@ -271,6 +271,8 @@ impl Qwen35 {
                 cx.b.output(&format!("hidden.{i}"), resid)?;
             }
         }
+        // Verify steps (every row's logits, or a tree) are compared with plain decode.
+        cx.b.set_rows_match_decode(opts.logits == LogitRows::All || cx.tree.is_some());
         if !opts.read_logits && !opts.argmax {
             return Ok(cx.b.build());
         }
