@@ -249,17 +249,8 @@ fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
     return (lo + hi) * d + m;
 }
 
-//! IQ4_NL
-var<private> $F_KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
-    let b = ro + (e >> 5u) * 18u;
-    let j = e & 31u;
-    let d = $F_f16(b);
-    let q = $F_u32(b + 2u + (j & 15u)) >> select(0u, 4u, j >= 16u);
-    return d * vec4<f32>($F_KV[q & 0xfu], $F_KV[(q >> 8u) & 0xfu], $F_KV[(q >> 16u) & 0xfu], $F_KV[(q >> 24u) & 0xfu]);
-}
-
-//! IQ4_XS
+//! iq4 grid
+// The 16-value grid of IQ4_NL and IQ4_XS (spliced before either type's section).
 // kv[n] as an int8 byte (n < 16) from the grid packed four to a word: registers only (a
 // private array indexed at run time may live in memory).
 fn $F_kvb(n: u32) -> u32 {
@@ -272,6 +263,17 @@ fn $F_kvb(n: u32) -> u32 {
 fn $F_kvf(n: u32) -> f32 {
     return f32(bitcast<i32>($F_kvb(n) << 24u) >> 24u);
 }
+
+//! IQ4_NL
+fn $F_dq4(ro: u32, e: u32) -> vec4<f32> {
+    let b = ro + (e >> 5u) * 18u;
+    let j = e & 31u;
+    let d = $F_f16(b);
+    let q = $F_u32(b + 2u + (j & 15u)) >> select(0u, 4u, j >= 16u);
+    return d * vec4<f32>($F_kvf(q & 0xfu), $F_kvf((q >> 8u) & 0xfu), $F_kvf((q >> 16u) & 0xfu), $F_kvf((q >> 24u) & 0xfu));
+}
+
+//! IQ4_XS
 // Block `blk` of the row at byte `ro` (in the ggml layout) through the layout's `$F_hdr`
 // (words 0 and 1: d | scales_h << 16, scales_l), `$F_qs` (sub-block ib's 16 qs bytes) and
 // `$F_qw` (qs word w < 32).

@@ -219,7 +219,11 @@ pub(super) fn splice_dequant(
         None => bytes.to_string(),
     };
     let body = dequant_section(t.name()).ok_or_else(|| format!("dequant.wgsl lacks {t}"))?;
-    let mut parts = vec![bytes.as_str(), body];
+    let mut parts = vec![bytes.as_str()];
+    if matches!(t, DType::Iq4Nl | DType::Iq4Xs) {
+        parts.push(dequant_section("iq4 grid").ok_or("dequant.wgsl lacks the iq4 grid")?);
+    }
+    parts.push(body);
     let ggml = format!("{} ggml", t.name());
     match vec4 {
         Some(name) => {
