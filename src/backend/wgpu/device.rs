@@ -104,7 +104,7 @@ pub fn open() -> Result<Gpu, String> {
             // still have bugs). We use them in one kernel, only in the one configuration the
             // driver reported (`coop_usable`), on workgroup memory the kernel sizes itself;
             // the kernel is checked against the CPU reference on every device that has it
-            // (tests/wgpu_coop.rs), and `DELTASPEC_WGPU_COOP=0` keeps the feature off.
+            // (`coop_*` in tests/wgpu_gemv.rs), and `DELTASPEC_WGPU_COOP=0` keeps the feature off.
             unsafe { wgpu::ExperimentalFeatures::enabled() }
         } else {
             wgpu::ExperimentalFeatures::disabled()

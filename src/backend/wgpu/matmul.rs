@@ -336,35 +336,11 @@ impl Ctx<'_> {
             },
         };
         let y = self.res(nd.outputs[0]);
-        let coop = self.coop_applies(n);
-        let gemv = !coop
-            && (n <= *GEMV_BUCKETS.last().expect("buckets") as usize
-                || self.int8_applies(w.dtype, n, k));
+        // A cooperative-matrix width is wider than any GEMV bucket and off the int8 path.
+        let gemv = n <= *GEMV_BUCKETS.last().expect("buckets") as usize
+            || self.int8_applies(w.dtype, n, k);
         for (r, first, rows) in w.parts {
-            let params = [
-                u(op, n)?,
-                u(op, k)?,
-                u(op, rows)?,
-                u(op, w.row_bytes)?,
-                u(op, m)?,
-                u(op, first)?,
-            ];
-            if coop {
-                let t = shaders::COOP_TILE;
-                let (gx, gy) = (u(op, rows.div_ceil(t))?, u(op, n.div_ceil(t))?);
-                if gx > 65535 || gy > 65535 {
-                    return Err(unsupported(
-                        op,
-                        format!("{n} × {rows} outputs exceed the grid"),
-                    ));
-                }
-                self.step(
-                    shaders::coop_key(w.dtype),
-                    p(&params),
-                    vec![src.x, r, y],
-                    [gx, gy, 1],
-                );
-            } else if gemv {
+            if gemv {
                 let seg = Seg {
                     w: r,
                     rows,
@@ -373,22 +349,35 @@ impl Ctx<'_> {
                     y,
                 };
                 self.gemv(op, w.dtype, n, k, w.row_bytes, src, &[seg], Epi::default())?;
+                continue;
+            }
+            // Both tiled kernels cover 64 weight rows per workgroup.
+            let (key, tn) = if self.coop_applies(n) {
+                (shaders::coop_key(w.dtype), shaders::COOP_TILE)
             } else {
                 let tn = shaders::tile_n(n);
-                let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn as usize))?);
-                if gx > 65535 || gy > 65535 {
-                    return Err(unsupported(
-                        op,
-                        format!("{n} × {rows} outputs exceed the grid"),
-                    ));
-                }
-                self.step(
-                    shaders::tiled_key(w.dtype, tn),
-                    p(&params),
-                    vec![src.x, r, y],
-                    [gx, gy, 1],
-                );
+                (shaders::tiled_key(w.dtype, tn), tn as usize)
+            };
+            let (gx, gy) = (u(op, rows.div_ceil(64))?, u(op, n.div_ceil(tn))?);
+            if gx > 65535 || gy > 65535 {
+                return Err(unsupported(
+                    op,
+                    format!("{n} × {rows} outputs exceed the grid"),
+                ));
             }
+            self.step(
+                key,
+                p(&[
+                    u(op, n)?,
+                    u(op, k)?,
+                    u(op, rows)?,
+                    u(op, w.row_bytes)?,
+                    u(op, m)?,
+                    u(op, first)?,
+                ]),
+                vec![src.x, r, y],
+                [gx, gy, 1],
+            );
         }
         Ok(())
     }
