@@ -75,11 +75,19 @@ constexpr u32 QM_ROWS = 16;  // weight rows per block (mirrored by kernels::QMMA
 // blocks (320 for M = 5120).
 constexpr u32 qmma_warps(u32 tg) { return tg == 1 ? 8 : 16; }
 constexpr u32 qmma_min_blocks(u32 tg) { return tg == 1 ? 2 : 1; }
+// The `w` kernels: half the warps, each with twice the residues (twice the items per walk and
+// partials per lane), and twice the blocks per SM in the same 128 registers per thread. Why: a
+// block of a K = 5120 matrix ran each warp over only 10-20 items, then the cross-warp butterfly
+// and its barriers, while the SM's only (16-warp) block held every resident warp in one phase
+// (ncu, session 13: 1.2 eligible warps of 3.9, issue 53 %). Two or four smaller blocks per SM
+// overlap one's reduction and start with the others' loads. Same partials, same butterfly: the
+// same bits.
+constexpr u32 qmma_warps_w(u32 tg) { return qmma_warps(tg) / 2; }
+constexpr u32 qmma_min_blocks_w(u32 tg) { return qmma_min_blocks(tg) * 2; }
 #if defined(DS_EMULATE)
-#define QM_KERNEL(TG) KERNEL(qmma_warps(TG) * WARP)
+#define QM_KERNEL(NW, MINB) KERNEL(NW * WARP)
 #else
-#define QM_KERNEL(TG) \
-    extern "C" __global__ __attribute__((launch_bounds(qmma_warps(TG) * WARP, qmma_min_blocks(TG)))) void
+#define QM_KERNEL(NW, MINB) extern "C" __global__ __attribute__((launch_bounds(NW * WARP, MINB))) void
 #endif
 
 // This lane's inputs of one group: its B column's quantized row (at byte 8·t, see qm_pair) and
@@ -383,11 +391,11 @@ DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const f
 // lane writes silu(gate) · up (the swiglu kernel's float operations on the same values, so the
 // result equals matmul → matmul → swiglu bit for bit). XF: XQ/XD/XS are the fragment-ordered
 // copies (see the header), over N rounded up to a multiple of 8 rows.
-template <class P, u32 TG, bool GLU, u32 U, bool XF, u32 PF, bool H>
+template <class P, u32 TG, bool GLU, u32 U, bool XF, u32 PF, bool H, u32 NW>
 DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
               const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
               u32 M, u64 row_bytes, u32 rg) {
-    constexpr u32 NW = qmma_warps(TG), R = WARP / NW;
+    constexpr u32 R = WARP / NW;
     static_assert(R * NW == WARP && R >= 1, "the warps split the 32 residues evenly");
     const u32 lane = lane_id(), w = tid_x() / WARP;
     const u32 g = lane / 4, t = lane % 4;
@@ -495,7 +503,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
 
 // Up to four matmuls of one quantized input in one launch, as qgemv_seg in hip/qmatmul.hip:
 // each segment's blocks map to rows exactly as in its own launch.
-template <class P, u32 TG, u32 U, bool XF, u32 PF, bool H>
+template <class P, u32 TG, u32 U, bool XF, u32 PF, bool H, u32 NW>
 DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                   u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                   u32 K, u64 row_bytes) {
@@ -512,7 +520,7 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qmma<P, TG, false, U, XF, PF, H>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
+    qmma<P, TG, false, U, XF, PF, H, NW>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
 
 // Chunks of L2 prefetch distance in the `p` kernels (16 rows × 544 bytes per IQ4_XS chunk: 8 chunks
@@ -527,23 +535,39 @@ constexpr u32 QM_PF = 8;
 // for the f kernels plus L2 prefetch of the weights (QM_PF, see qmma_prefetch), and with suffix q
 // for the p kernels with every load of a chunk issued before its first mma (HOIST in
 // qmma_chunk; RAW16 weights, i.e. IQ4_XS, only: for the other types q is p).
-#define DS_QMMA(name, P, TG, NT, U, XF, PF, H, SFX)                                                               \
-    QM_KERNEL(TG)                                                                                          \
+#define DS_QMMA_NW(name, P, TG, NT, U, XF, PF, H, SFX, NW, MINB)                                         \
+    QM_KERNEL(NW, MINB)                                                                                    \
     qmma_##name##_##NT##SFX(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
                             u32 K, u32 M, u64 row_bytes) {                                                 \
-        qmma<P, TG, false, U, XF, PF, H>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());          \
+        qmma<P, TG, false, U, XF, PF, H, NW>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());      \
     }                                                                                                      \
-    QM_KERNEL(TG)                                                                                          \
+    QM_KERNEL(NW, MINB)                                                                                    \
     qmma4_##name##_##NT##SFX(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
                              const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,             \
                              const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes) { \
-        qmma_seg<P, TG, U, XF, PF, H>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes); \
+        qmma_seg<P, TG, U, XF, PF, H, NW>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K,  \
+                                          row_bytes);                                                     \
     }                                                                                                      \
-    QM_KERNEL(TG)                                                                                          \
+    QM_KERNEL(NW, MINB)                                                                                    \
     qmma_glu_##name##_##NT##SFX(const u8* WG, const u8* WU, const i8* XQ, const float* XD,                \
                                 const float* XS, float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {           \
-        qmma<P, TG, true, U, XF, PF, H>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());               \
+        qmma<P, TG, true, U, XF, PF, H, NW>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());           \
     }
+#define DS_QMMA(name, P, TG, NT, U, XF, PF, H, SFX) \
+    DS_QMMA_NW(name, P, TG, NT, U, XF, PF, H, SFX, qmma_warps(TG), qmma_min_blocks(TG))
+// The `w` kernels: the `q` kernels with qmma_warps_w warps per block and one chunk per step (a
+// chunk is twice the items: the same loads in flight per warp as two chunks of the `q` ones,
+// which spill at 128 registers with chunks this long). The `x` kernels: the same without the
+// hoisted loads (the `p` kernels' order), which spill less (ptxas 12.8, sm_90, IQ4_XS: `w` 68-112
+// bytes, `x` 0-16). At 32 rows both are the `q` kernel under their own names (half the warps
+// spill over a kilobyte there; mirrored by HipBackend::qmma_threads).
+#define DS_QMMA_W(name, P)                                                                          \
+    DS_QMMA_NW(name, P, 1, 8, 1, true, QM_PF, true, w, qmma_warps_w(1), qmma_min_blocks_w(1))        \
+    DS_QMMA_NW(name, P, 2, 16, 1, true, QM_PF, true, w, qmma_warps_w(2), qmma_min_blocks_w(2))       \
+    DS_QMMA_NW(name, P, 4, 32, 2, true, QM_PF, true, w, qmma_warps(4), qmma_min_blocks(4))           \
+    DS_QMMA_NW(name, P, 1, 8, 1, true, QM_PF, false, x, qmma_warps_w(1), qmma_min_blocks_w(1))       \
+    DS_QMMA_NW(name, P, 2, 16, 1, true, QM_PF, false, x, qmma_warps_w(2), qmma_min_blocks_w(2))      \
+    DS_QMMA_NW(name, P, 4, 32, 2, true, QM_PF, true, x, qmma_warps(4), qmma_min_blocks(4))
 #define DS_QMMA_TYPE(name, P)                       \
     DS_QMMA(name, P, 1, 8, 2, false, 0, false, )    \
     DS_QMMA(name, P, 2, 16, 2, false, 0, false, )   \
@@ -559,7 +583,8 @@ constexpr u32 QM_PF = 8;
     DS_QMMA(name, P, 4, 32, 2, true, QM_PF, false, p) \
     DS_QMMA(name, P, 1, 8, 2, true, QM_PF, true, q)  \
     DS_QMMA(name, P, 2, 16, 2, true, QM_PF, true, q) \
-    DS_QMMA(name, P, 4, 32, 2, true, QM_PF, true, q)
+    DS_QMMA(name, P, 4, 32, 2, true, QM_PF, true, q) \
+    DS_QMMA_W(name, P)
 DS_FOR_EACH_FTYPE(DS_QMMA_TYPE)
 
 // The fragment-ordered activations for the `f` kernels (see the header), one warp per 32-value

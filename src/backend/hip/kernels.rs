@@ -193,6 +193,10 @@ pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
 /// Input-row tiles of the matrix-core int8 GEMV `qmma_<type>_<nt>` / `qmma4_<type>_<nt>`
 /// (`hip/qmma.hip`, NVIDIA only): groups of 8 input rows per block; wider inputs loop.
 pub const QMMA_TILES: &[u32] = &[8, 16, 32];
+/// Suffixes of the matrix-core kernel variants (`DS_QMMA_TYPE` in `hip/qmma.hip`): two chunks
+/// per step, one (`u1`), fragment-ordered activations (`f`), with L2 prefetch (`p`), with hoisted
+/// loads (`q`), and half the warps per block with (`w`) and without (`x`) hoisted loads.
+pub const QMMA_VARIANTS: &[&str] = &["", "u1", "f", "p", "q", "w", "x"];
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;
@@ -252,6 +256,7 @@ pub fn ptx_only(name: &str) -> bool {
             || Q1_GLU_UNROLLS
                 .iter()
                 .any(|u| name.ends_with(&format!("_1u{u}")))
+            || name.ends_with("_1p2")
     };
     name.starts_with("qmma")
         || name.starts_with("qgemv") && q1(name)
@@ -368,23 +373,14 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         for u in Q1_GLU_UNROLLS {
             v.push(("qmatmul", format!("qgemv_glu_{ty}_1u{u}")));
         }
+        v.push(("qmatmul", format!("qgemv_glu_{ty}_1p2")));
         // The regrouped Q8_0 layout has dp4a kernels only.
         for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {
-            v.push(("qmma", format!("qmma_{ty}_{nt}")));
-            v.push(("qmma", format!("qmma4_{ty}_{nt}")));
-            v.push(("qmma", format!("qmma_glu_{ty}_{nt}")));
-            v.push(("qmma", format!("qmma_{ty}_{nt}u1")));
-            v.push(("qmma", format!("qmma4_{ty}_{nt}u1")));
-            v.push(("qmma", format!("qmma_glu_{ty}_{nt}u1")));
-            v.push(("qmma", format!("qmma_{ty}_{nt}f")));
-            v.push(("qmma", format!("qmma4_{ty}_{nt}f")));
-            v.push(("qmma", format!("qmma_glu_{ty}_{nt}f")));
-            v.push(("qmma", format!("qmma_{ty}_{nt}p")));
-            v.push(("qmma", format!("qmma4_{ty}_{nt}p")));
-            v.push(("qmma", format!("qmma_glu_{ty}_{nt}p")));
-            v.push(("qmma", format!("qmma_{ty}_{nt}q")));
-            v.push(("qmma", format!("qmma4_{ty}_{nt}q")));
-            v.push(("qmma", format!("qmma_glu_{ty}_{nt}q")));
+            for sfx in QMMA_VARIANTS {
+                for kind in ["qmma", "qmma4", "qmma_glu"] {
+                    v.push(("qmma", format!("{kind}_{ty}_{nt}{sfx}")));
+                }
+            }
         }
     }
     for n in [

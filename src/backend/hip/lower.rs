@@ -919,7 +919,7 @@ pub(super) fn qgemv(
             "qmma",
             be.qmma_kernel("qmma", suffix, nt),
             u64::from(kernels::QMMA_ROWS),
-            kernels::qmma_threads(nt),
+            be.qmma_threads(nt),
         ),
         None => {
             let nt = kernels::qgemv_tile(n);
