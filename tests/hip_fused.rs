@@ -217,7 +217,14 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
                 // Plain and fragment-ordered activations (`qmma*f`, quantized by
                 // `qmma_quantize[_gate]`), the latter also as `qmma*p`, `qmma*q`, `qmma*w` and
                 // `qmma*x`.
-                for (xl, v2) in [(false, 0), (true, 0), (true, 1), (true, 2), (true, 3), (true, 4)] {
+                for (xl, v2) in [
+                    (false, 0),
+                    (true, 0),
+                    (true, 1),
+                    (true, 2),
+                    (true, 3),
+                    (true, 4),
+                ] {
                     mma.set_qmma_xlayout(xl);
                     mma.set_qmma_v2(v2);
                     let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
@@ -675,7 +682,8 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
 fn capped_grid_gate_up_equals_the_default() {
     let (k, m) = (512, 300);
     for dtype in [DType::Iq4Xs, DType::Q4K] {
-        let (Some(mut capped), Some(mut plain)) = (gpu("q1_persist", true), gpu("q1_persist", true))
+        let (Some(mut capped), Some(mut plain)) =
+            (gpu("q1_persist", true), gpu("q1_persist", true))
         else {
             return;
         };
@@ -698,6 +706,10 @@ fn capped_grid_gate_up_equals_the_default() {
         let inputs = [("h", HostData::F32(Rng::new(32).vec_normal(k, 1.0)))];
         let (a, _) = run(&mut capped, &|| 0, &g, &w, &inputs);
         let (p, _) = run(&mut plain, &|| 0, &g, &w, &inputs);
-        assert_same_bits(&format!("{dtype}: capped vs uncapped 1-row gate/up"), &a, &p);
+        assert_same_bits(
+            &format!("{dtype}: capped vs uncapped 1-row gate/up"),
+            &a,
+            &p,
+        );
     }
 }
