@@ -563,40 +563,6 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
         qgemv<Q, 1, 2, true, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                             \
                                 bid_x() * QG_WARPS + tid_x() / WARP);                                  \
     }
-// 1-row gate/up pairs on a capped grid (`qgemv_glu_<type>_1p2`, DELTASPEC_HIP_Q1_PERSIST): warp
-// wi computes columns wi, wi + W, wi + 2W, ... (W: the grid's warps, passed by the host), each by
-// the same qgemv body as `qgemv_glu_<type>_1u2` (bit-identical), and hints the next column's two
-// weight rows into L2 while it walks the current one. Why: a K = 5120 row gives each lane only 5
-// items, so the uncapped grid (17408 warps, ~4 waves) pays a warp's cold start — a DRAM round
-// trip before its first dot product — per column, and the last wave's tail; the K = 17408 down
-// projection, one wave of warps walking 17 items each, reaches 3.7 TB/s against gate/up's 2.7
-// (ncu, session 14). Here a warp's next column starts from L2.
-template <class Q, u32 U>
-DEV void qgemv_glu_persist(const u8* __restrict__ WG, const u8* __restrict__ WU, const i8* __restrict__ XQ,
-                           const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y,
-                           u32 N, u32 K, u32 M, u64 row_bytes, u32 W) {
-    const u32 w0 = bid_x() * QG_WARPS + tid_x() / WARP, lane = lane_id();
-    if (w0 >= M) {
-        grid_begin();
-        return;
-    }
-    for (u32 wi = w0; wi < M; wi += W) {
-        const u32 nx = wi + W;
-        if (nx < M) {
-            for (u64 off = (u64)lane * 128; off < row_bytes; off += WARP * 128) {
-                prefetch_l2(WG + (u64)nx * row_bytes + off);
-                prefetch_l2(WU + (u64)nx * row_bytes + off);
-            }
-        }
-        qgemv<Q, 1, 2, true, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, wi);
-    }
-}
-#define DS_QGEMV1_GLU_P(name, Q, U)                                                                     \
-    KERNEL(QG_THREADS)                                                                                  \
-    qgemv_glu_##name##_1p##U(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
-                             float* Y, u32 N, u32 K, u32 M, u64 row_bytes, u32 W) {                     \
-        qgemv_glu_persist<Q, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, W);                          \
-    }
 #define DS_QGEMV1_TYPE(name, Q)   \
     DS_QGEMV1_RU(name, Q, 1, 1)   \
     DS_QGEMV1_RU(name, Q, 1, 2)   \
@@ -608,8 +574,7 @@ DEV void qgemv_glu_persist(const u8* __restrict__ WG, const u8* __restrict__ WU,
     DS_QGEMV1_RU(name, Q, 4, 2)   \
     DS_QGEMV1_GLU_U(name, Q, 1)   \
     DS_QGEMV1_GLU_U(name, Q, 2)   \
-    DS_QGEMV1_GLU_U(name, Q, 4)   \
-    DS_QGEMV1_GLU_P(name, Q, 2)
+    DS_QGEMV1_GLU_U(name, Q, 4)
 DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
 
 // Mirrored by kernels::QGEMV_WIDE.

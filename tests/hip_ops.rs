@@ -377,7 +377,7 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
                 g.set_qgemv_mma(mma);
                 g.set_qmma_unroll_one(one);
                 g.set_qmma_xlayout(xl);
-                g.set_qmma_v2(v2);
+                g.set_qmma_v2(Some(v2));
                 let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
                 f32s(
                     &g.run(e, wid, sid, &[("x", HostData::F32(x[..n * k].to_vec()))])

@@ -263,31 +263,6 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
     let u = |v: usize| u32_arg(be, &first.op, v);
     if let Some(s) = grp.swiglu {
         let m = g.tensor(first.inputs[1]).shape[0];
-        let out = env.ptr(g.nodes[s].outputs[0]);
-        // The capped-grid 1-row kernel where it is on: the plain 1-row kernel's arguments plus
-        // the grid's warp count.
-        if let (Some(_), Some(b)) = (be.q1_variant(n, true, m, suffix), be.q1_persist_blocks(m)) {
-            return launch(
-                be,
-                "qmatmul",
-                &format!("qgemv_glu_{suffix}_1p2"),
-                [b, 1, 1],
-                kernels::QGEMV_THREADS,
-                &[
-                    Arg::P(wptr(0)),
-                    Arg::P(wptr(1)),
-                    Arg::P(xq),
-                    Arg::P(xd),
-                    Arg::P(xs),
-                    Arg::P(out),
-                    u(n)?,
-                    u(k)?,
-                    u(m)?,
-                    Arg::U64(row_bytes),
-                    u(b as usize * warps as usize)?,
-                ],
-            );
-        }
         // (source, kernel, output columns per block, threads); both take the same arguments.
         let (source, name, cols, threads) = match be.qmma_glu_tile(n, suffix) {
             Some(t) => (

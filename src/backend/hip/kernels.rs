@@ -256,7 +256,6 @@ pub fn ptx_only(name: &str) -> bool {
             || Q1_GLU_UNROLLS
                 .iter()
                 .any(|u| name.ends_with(&format!("_1u{u}")))
-            || name.ends_with("_1p2")
     };
     name.starts_with("qmma")
         || name.starts_with("qgemv") && q1(name)
@@ -373,7 +372,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         for u in Q1_GLU_UNROLLS {
             v.push(("qmatmul", format!("qgemv_glu_{ty}_1u{u}")));
         }
-        v.push(("qmatmul", format!("qgemv_glu_{ty}_1p2")));
         // The regrouped Q8_0 layout has dp4a kernels only.
         for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {
             for sfx in QMMA_VARIANTS {

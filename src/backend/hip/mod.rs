@@ -231,22 +231,20 @@ pub struct HipBackend {
     /// Speed bets for the latency-bound verify GEMVs, bit-identical (the values and their
     /// operations are unchanged; the bit-identity tests passed on the H200). 2 by default
     /// (H200, session 8, 27B IQ4_XS: 8/16/32 rows 12.7-13.0 / 19.2-19.6 / 30.7 ms against
-    /// 15.9-16.5 / 24.8-24.9 / 36.3 with 0): `DELTASPEC_HIP_QMMA_V2=0|1`. 3: `qmma*w`, the
-    /// `q` kernels with half the warps per block at 8 and 16 rows, each over twice the residues
-    /// (twice the items per walk), and twice the blocks per SM (`qmma_warps_w` in
-    /// `hip/qmma.hip`); 4: `qmma*x`, the same without hoisted loads. Not yet measured: opt-in.
-    qmma_v2: u8,
+    /// 15.9-16.5 / 24.8-24.9 / 36.3 with 0). 3: `qmma*w`, the `q` kernels with half the warps
+    /// per block at 8 and 16 rows, each over twice the residues (twice the items per walk), and
+    /// twice the blocks per SM (`qmma_warps_w` in `hip/qmma.hip`); 4: `qmma*x`, the same without
+    /// hoisted loads. `None` (the default): `w` at the 16-row tile, `q` at 8 and 32 (H200,
+    /// session 19, 27B IQ4_XS steps, two interleaved rounds: 16 rows 15.70 / 15.52 ms with `w`
+    /// against 17.15 / 17.27 with `q`; 8 rows 11.43 / 11.24 against 10.88 / 10.91; `x` slower
+    /// at both). `DELTASPEC_HIP_QMMA_V2=0..4` forces one variant at every tile.
+    qmma_v2: Option<u8>,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
     /// unset, each type's default; `Some(None)`: set to a name that is not a variant, the
     /// default tile for every type).
     q1_plain: Option<(u32, u32)>,
     q1_glu: Option<Option<(u32, u32)>>,
-    /// Resident warps per multiprocessor of the capped-grid 1-row gate/up kernel
-    /// (`qgemv_glu_<type>_1p2`, `hip/qmatmul.hip` qgemv_glu_persist; NVIDIA only), or `None` for
-    /// the uncapped `1u<U>` kernels (the default). `DELTASPEC_HIP_Q1_PERSIST=<warps per SM>`;
-    /// bit-identical either way; not yet measured.
-    q1_persist: Option<u32>,
     /// The 1-row variant for projections of at most `q1_small_m` weight rows (a whole launch's
     /// rows), which fill less than a wave with the default tile (`DELTASPEC_HIP_Q1_SMALL`).
     q1_small: Option<(u32, u32)>,
@@ -359,23 +357,16 @@ impl HipBackend {
             qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").map_or(true, |v| v != "0"),
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
-            qmma_v2: match std::env::var("DELTASPEC_HIP_QMMA_V2").as_deref() {
-                Ok("0") => 0,
-                Ok("1") => 1,
-                Ok("3") => 3,
-                Ok("4") => 4,
-                _ => 2,
-            },
+            qmma_v2: std::env::var("DELTASPEC_HIP_QMMA_V2")
+                .ok()
+                .and_then(|v| v.parse::<u8>().ok())
+                .map(|v| v.min(4)),
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
             q1_glu: std::env::var("DELTASPEC_HIP_Q1_GLU")
                 .ok()
                 .map(|v| kernels::parse_q1(&v)),
-            q1_persist: std::env::var("DELTASPEC_HIP_Q1_PERSIST")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-                .filter(|&w| w > 0),
             // r1u2 up to 12288 rows: 6.53/6.54 ms a 27B IQ4_XS step on the H200 (session 12,
             // split IQ4_XS decode) against 7.04/6.72 with r2u2, the default before, and
             // 7.12/7.19 with the default tile everywhere (r2u4 6.65/6.65, r1u4 6.97/7.22); with
@@ -528,8 +519,9 @@ impl HipBackend {
     /// The variant of the fragment-order matrix-core kernels: 0 `qmma*f`, 1 `qmma*p` (L2
     /// prefetch), 2 `qmma*q` (prefetch and hoisted loads), 3 `qmma*w` (`q` with half the warps
     /// per block), 4 `qmma*x` (`p` with half the warps); results are bit-identical either way.
-    pub fn set_qmma_v2(&mut self, v: u8) {
-        self.qmma_v2 = v.min(4);
+    /// `None`: the per-tile default (see the field).
+    pub fn set_qmma_v2(&mut self, v: Option<u8>) {
+        self.qmma_v2 = v.map(|v| v.min(4));
         self.drop_graphs(|_| true);
     }
 
@@ -577,7 +569,7 @@ impl HipBackend {
     /// The name of matrix-core kernel `kind` (`qmma`, `qmma4`, `qmma_glu`) for weight kernel
     /// `suffix` and tile `nt`.
     fn qmma_kernel(&self, kind: &str, suffix: &str, nt: u32) -> String {
-        let sfx = match (self.qmma_frag(), self.qmma_v2) {
+        let sfx = match (self.qmma_frag(), self.qmma_variant(nt)) {
             (true, 0) => "f",
             (true, 1) => "p",
             (true, 2) => "q",
@@ -592,11 +584,16 @@ impl HipBackend {
     /// `qmma*w` and `qmma*x` kernels at 8 and 16 rows (`DS_QMMA_W` in `hip/qmma.hip`).
     fn qmma_threads(&self, nt: u32) -> u32 {
         let t = kernels::qmma_threads(nt);
-        if self.qmma_frag() && self.qmma_v2 >= 3 && nt <= 16 {
+        if self.qmma_frag() && self.qmma_variant(nt) >= 3 && nt <= 16 {
             t / 2
         } else {
             t
         }
+    }
+
+    /// The fragment-order variant (`qmma_v2`'s numbering) at tile `nt`.
+    fn qmma_variant(&self, nt: u32) -> u8 {
+        self.qmma_v2.unwrap_or(if nt == 16 { 3 } else { 2 })
     }
 
     /// Whether the matrix-core kernels read fragment-ordered activations (`qmma*f`, see
@@ -633,22 +630,6 @@ impl HipBackend {
             Some(v) if m <= self.q1_small_m => Some(v),
             _ => self.q1_plain,
         }
-    }
-
-    /// The grid of the capped 1-row gate/up kernel for `m` columns, in blocks of
-    /// `kernels::QGEMV_THREADS`, where it is on (see `q1_persist`).
-    fn q1_persist_blocks(&self, m: usize) -> Option<u32> {
-        let per_sm = self.q1_persist?;
-        let warps = kernels::QGEMV_THREADS / 32;
-        let cap = self.drv.multiprocessors().saturating_mul(per_sm);
-        let m = u32::try_from(m).unwrap_or(u32::MAX);
-        Some(m.min(cap).div_ceil(warps).max(1))
-    }
-
-    /// Forces the capped-grid 1-row gate/up kernel on (`Some(warps per multiprocessor)`) or off.
-    pub fn set_q1_persist(&mut self, per_sm: Option<u32>) {
-        self.q1_persist = per_sm.filter(|&w| w > 0);
-        self.drop_graphs(|_| true);
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
