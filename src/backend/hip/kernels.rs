@@ -207,7 +207,8 @@ pub const QMMA_QUANT_THREADS: u32 = 4 * 32;
 /// up rows of the same columns.
 pub const QMMA_GLU_COLS: u32 = 8;
 /// Threads of a `qmma_*` block at tile `nt` (`qmma_warps` in `hip/qmma.hip`): 8 warps at 8
-/// input rows, 16 at 16 and 32.
+/// input rows, 16 at 16 and 32 (the `w`/`x` variants at 8 and 16 rows halve it:
+/// `HipBackend::qmma_threads`).
 pub fn qmma_threads(nt: u32) -> u32 {
     32 * if nt <= 8 { 8 } else { 16 }
 }
