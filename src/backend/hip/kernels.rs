@@ -195,8 +195,8 @@ pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
 pub const QMMA_TILES: &[u32] = &[8, 16, 32];
 /// Suffixes of the matrix-core kernel variants (`DS_QMMA_TYPE` in `hip/qmma.hip`): two chunks
 /// per step, one (`u1`), fragment-ordered activations (`f`), with L2 prefetch (`p`), with hoisted
-/// loads (`q`), and half the warps per block with (`w`) and without (`x`) hoisted loads.
-pub const QMMA_VARIANTS: &[&str] = &["", "u1", "f", "p", "q", "w", "x"];
+/// loads (`q`), and half the warps per block (`w`).
+pub const QMMA_VARIANTS: &[&str] = &["", "u1", "f", "p", "q", "w"];
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;
@@ -207,7 +207,7 @@ pub const QMMA_QUANT_THREADS: u32 = 4 * 32;
 /// up rows of the same columns.
 pub const QMMA_GLU_COLS: u32 = 8;
 /// Threads of a `qmma_*` block at tile `nt` (`qmma_warps` in `hip/qmma.hip`): 8 warps at 8
-/// input rows, 16 at 16 and 32 (the `w`/`x` variants at 8 and 16 rows halve it:
+/// input rows, 16 at 16 and 32 (the `w` variants at 8 and 16 rows halve it:
 /// `HipBackend::qmma_threads`).
 pub fn qmma_threads(nt: u32) -> u32 {
     32 * if nt <= 8 { 8 } else { 16 }

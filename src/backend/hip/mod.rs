@@ -233,11 +233,11 @@ pub struct HipBackend {
     /// (H200, session 8, 27B IQ4_XS: 8/16/32 rows 12.7-13.0 / 19.2-19.6 / 30.7 ms against
     /// 15.9-16.5 / 24.8-24.9 / 36.3 with 0). 3: `qmma*w`, the `q` kernels with half the warps
     /// per block at 8 and 16 rows, each over twice the residues (twice the items per walk), and
-    /// twice the blocks per SM (`qmma_warps_w` in `hip/qmma.hip`); 4: `qmma*x`, the same without
-    /// hoisted loads. `None` (the default): `w` at the 16-row tile, `q` at 8 and 32 (H200,
-    /// session 19, 27B IQ4_XS steps, two interleaved rounds: 16 rows 15.70 / 15.52 ms with `w`
-    /// against 17.15 / 17.27 with `q`; 8 rows 11.43 / 11.24 against 10.88 / 10.91; `x` slower
-    /// at both). `DELTASPEC_HIP_QMMA_V2=0..4` forces one variant at every tile.
+    /// twice the blocks per SM (`qmma_warps_w` in `hip/qmma.hip`). `None` (the default): `w` at
+    /// the 16-row tile, `q` at 8 and 32 (H200, session 19, 27B IQ4_XS steps, two interleaved
+    /// rounds: 16 rows 15.70 / 15.52 ms with `w` against 17.15 / 17.27 with `q`; 8 rows 11.43 /
+    /// 11.24 against 10.88 / 10.91). `DELTASPEC_HIP_QMMA_V2=0..3` forces one variant at every
+    /// tile.
     qmma_v2: Option<u8>,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
@@ -360,7 +360,7 @@ impl HipBackend {
             qmma_v2: std::env::var("DELTASPEC_HIP_QMMA_V2")
                 .ok()
                 .and_then(|v| v.parse::<u8>().ok())
-                .map(|v| v.min(4)),
+                .map(|v| v.min(3)),
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -518,10 +518,10 @@ impl HipBackend {
 
     /// The variant of the fragment-order matrix-core kernels: 0 `qmma*f`, 1 `qmma*p` (L2
     /// prefetch), 2 `qmma*q` (prefetch and hoisted loads), 3 `qmma*w` (`q` with half the warps
-    /// per block), 4 `qmma*x` (`p` with half the warps); results are bit-identical either way.
+    /// per block); results are bit-identical either way.
     /// `None`: the per-tile default (see the field).
     pub fn set_qmma_v2(&mut self, v: Option<u8>) {
-        self.qmma_v2 = v.map(|v| v.min(4));
+        self.qmma_v2 = v.map(|v| v.min(3));
         self.drop_graphs(|_| true);
     }
 
@@ -573,15 +573,14 @@ impl HipBackend {
             (true, 0) => "f",
             (true, 1) => "p",
             (true, 2) => "q",
-            (true, 3) => "w",
-            (true, _) => "x",
+            (true, _) => "w",
             (false, _) => self.qmma_sfx,
         };
         format!("{kind}_{suffix}_{nt}{sfx}")
     }
 
     /// Threads of a matrix-core block at tile `nt`: half of `kernels::qmma_threads` for the
-    /// `qmma*w` and `qmma*x` kernels at 8 and 16 rows (`DS_QMMA_W` in `hip/qmma.hip`).
+    /// `qmma*w` kernels at 8 and 16 rows (`DS_QMMA_W` in `hip/qmma.hip`).
     fn qmma_threads(&self, nt: u32) -> u32 {
         let t = kernels::qmma_threads(nt);
         if self.qmma_frag() && self.qmma_variant(nt) >= 3 && nt <= 16 {
