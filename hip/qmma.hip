@@ -558,14 +558,13 @@ constexpr u32 QM_PF = 8;
 // The `w` kernels: the `q` kernels with qmma_warps_w warps per block and one chunk per step (a
 // chunk is twice the items: the same loads in flight per warp as two chunks of the `q` ones,
 // which spill at 128 registers with chunks this long; ptxas 12.8, sm_90, IQ4_XS: 68-112 bytes).
-// At 32 rows `w` is the `q` kernel under its own name (half the warps spill over a kilobyte
-// there; mirrored by HipBackend::qmma_threads). H200, 27B IQ4_XS steps: 16 rows 15.5-15.7 ms
-// against `q`'s 17.2-17.3, 8 rows 11.2-11.4 against 10.9, so the default takes `w` at 16 rows
-// only. Without the hoisted loads (0-16 bytes spilled) it was slower at both: 13.1 and 18.3 ms.
+// 8 and 16 rows only: at 32 half the warps spill over a kilobyte, so the host runs `q` there
+// (HipBackend::qmma_variant). H200, 27B IQ4_XS steps: 16 rows 15.5-15.7 ms against `q`'s
+// 17.2-17.3, 8 rows 11.2-11.4 against 10.9, so the default takes `w` at 16 rows only. Without
+// the hoisted loads (0-16 bytes spilled) it was slower at both: 13.1 and 18.3 ms.
 #define DS_QMMA_W(name, P)                                                                          \
     DS_QMMA_NW(name, P, 1, 8, 1, true, QM_PF, true, w, qmma_warps_w(1), qmma_min_blocks_w(1))        \
-    DS_QMMA_NW(name, P, 2, 16, 1, true, QM_PF, true, w, qmma_warps_w(2), qmma_min_blocks_w(2))       \
-    DS_QMMA_NW(name, P, 4, 32, 2, true, QM_PF, true, w, qmma_warps(4), qmma_min_blocks(4))
+    DS_QMMA_NW(name, P, 2, 16, 1, true, QM_PF, true, w, qmma_warps_w(2), qmma_min_blocks_w(2))
 #define DS_QMMA_TYPE(name, P)                       \
     DS_QMMA(name, P, 1, 8, 2, false, 0, false, )    \
     DS_QMMA(name, P, 2, 16, 2, false, 0, false, )   \

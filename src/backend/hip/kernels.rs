@@ -195,7 +195,7 @@ pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
 pub const QMMA_TILES: &[u32] = &[8, 16, 32];
 /// Suffixes of the matrix-core kernel variants (`DS_QMMA_TYPE` in `hip/qmma.hip`): two chunks
 /// per step, one (`u1`), fragment-ordered activations (`f`), with L2 prefetch (`p`), with hoisted
-/// loads (`q`), and half the warps per block (`w`).
+/// loads (`q`), and half the warps per block (`w`, at the 8- and 16-row tiles only).
 pub const QMMA_VARIANTS: &[&str] = &["", "u1", "f", "p", "q", "w"];
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
@@ -375,7 +375,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         }
         // The regrouped Q8_0 layout has dp4a kernels only.
         for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {
-            for sfx in QMMA_VARIANTS {
+            for sfx in QMMA_VARIANTS.iter().filter(|s| **s != "w" || *nt <= 16) {
                 for kind in ["qmma", "qmma4", "qmma_glu"] {
                     v.push(("qmma", format!("{kind}_{ty}_{nt}{sfx}")));
                 }

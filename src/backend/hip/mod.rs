@@ -583,16 +583,20 @@ impl HipBackend {
     /// `qmma*w` kernels at 8 and 16 rows (`DS_QMMA_W` in `hip/qmma.hip`).
     fn qmma_threads(&self, nt: u32) -> u32 {
         let t = kernels::qmma_threads(nt);
-        if self.qmma_frag() && self.qmma_variant(nt) >= 3 && nt <= 16 {
+        if self.qmma_frag() && self.qmma_variant(nt) == 3 {
             t / 2
         } else {
             t
         }
     }
 
-    /// The fragment-order variant (`qmma_v2`'s numbering) at tile `nt`.
+    /// The fragment-order variant (`qmma_v2`'s numbering) at tile `nt`; `w` (3) exists at 8 and
+    /// 16 rows only, and 32 takes `q` (2) instead.
     fn qmma_variant(&self, nt: u32) -> u8 {
-        self.qmma_v2.unwrap_or(if nt == 16 { 3 } else { 2 })
+        match self.qmma_v2.unwrap_or(if nt == 16 { 3 } else { 2 }) {
+            3 if nt > 16 => 2,
+            v => v,
+        }
     }
 
     /// Whether the matrix-core kernels read fragment-ordered activations (`qmma*f`, see
