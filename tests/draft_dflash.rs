@@ -190,10 +190,15 @@ fn cached_kv_appends_and_truncation_match_one_shot() {
 fn narrower_outtypes_stay_close() {
     let dir = scratch("outtype");
     for (name, target) in DRAFTERS {
+        let q = |s: &str| OutType::parse(s).unwrap();
+        // The 4-bit mixes: these drafters' rows (64 / 96 values) are not whole 256-blocks, so
+        // they take llama.cpp's 32-value fallbacks (IQ4_NL, Q5_0, Q8_0 for the heavy tensors).
         for (ot, tol) in [
             (OutType::BF16, if name == "dflash-b" { 1e-4 } else { 2e-2 }),
             (OutType::F16, 5e-3),
-            (OutType::Q8_0, 5e-2),
+            (q("q8_0"), 5e-2),
+            (q("q4_k_m"), 0.25),
+            (q("iq4_xs"), 0.25),
         ] {
             let (t, d, r) = setup(name, target, &dir, ot);
             let n = r.tokens.len();
@@ -206,6 +211,41 @@ fn narrower_outtypes_stay_close() {
             assert!(err <= tol, "{name} {ot:?}: rel err {err:.3e} > {tol}");
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn quantized_outtypes_pick_types_per_tensor() {
+    use deltaspec::gguf::GgufFile;
+    use deltaspec::tensor::DType;
+    let dir = scratch("mix");
+    // dflash-a: hidden 64, ffn 96, so no row is a whole 256-value block and every 4-bit choice
+    // is llama.cpp's fallback; norms stay F32 under every outtype.
+    for (ot, gate, down, norm) in [
+        ("q8_0", DType::Q8_0, DType::Q8_0, DType::F32),
+        ("q4_k_m", DType::Q5_0, DType::Q8_0, DType::F32),
+        ("iq4_xs", DType::Iq4Nl, DType::Iq4Nl, DType::F32),
+    ] {
+        let g = convert("dflash-a", &dir, OutType::parse(ot).unwrap());
+        let f = GgufFile::open(&g).unwrap();
+        let ty = |n: &str| f.tensor(n).unwrap_or_else(|| panic!("{n}")).dtype;
+        assert_eq!(ty("blk.0.ffn_gate.weight"), gate, "{ot}");
+        assert_eq!(ty("blk.1.ffn_down.weight"), down, "{ot}");
+        assert_eq!(ty("blk.0.attn_norm.weight"), norm, "{ot}");
+        // `deltaspec info` describes a drafter file too.
+        let out = Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+            .arg("info")
+            .arg(&g)
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{s}");
+        assert!(s.contains("(DFlash, 2 layers)"), "{s}");
+        assert!(s.contains("target layers: [0, 2]"), "{s}");
+        assert!(s.contains(&format!("{gate} ×")), "{s}");
+    }
+    let e = OutType::parse("q3_k").unwrap_err().to_string();
+    assert!(e.contains("iq4_xs"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,4 +1,4 @@
-//! `deltaspec convert --draft <hf-dir> --out d.gguf [--outtype f32|f16|bf16|q8_0]`.
+//! `deltaspec convert --draft <hf-dir> --out d.gguf [--outtype f32|f16|bf16|q8_0|q4_k_m|iq4_xs]`.
 
 use crate::model::draft::convert::{OutType, convert_dflash};
 use anyhow::{Context, bail};
@@ -12,7 +12,8 @@ pub struct Args {
     /// Output GGUF file (written to a temporary file, renamed when complete).
     #[arg(long)]
     pub out: PathBuf,
-    /// Type of the 2-D weights: f32, f16, bf16 or q8_0 (norms stay f32).
+    /// Type of the 2-D weights: f32, f16, bf16, or a quantized mix: q8_0, q4_k_m, iq4_xs
+    /// (per tensor as `deltaspec synth --quant` picks it; norms stay f32).
     #[arg(long, default_value = "bf16")]
     pub outtype: String,
 }

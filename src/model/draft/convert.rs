@@ -21,6 +21,7 @@ use super::{ARCH, names};
 use crate::gguf::{GgufWriter, Value, ValueType};
 use crate::model::ModelError;
 use crate::model::qwen35::shard_files;
+use crate::model::synth::Recipe;
 use crate::tensor::{DType, quant};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
@@ -39,7 +40,11 @@ pub enum OutType {
     F32,
     F16,
     BF16,
-    Q8_0,
+    /// A quantized mix, chosen per tensor exactly as `deltaspec synth` chooses it for the same
+    /// name and row width ([`Recipe::dtype_for`]: `q8_0`, or the 4-bit `q4_k_m` / `iq4_xs`
+    /// with llama.cpp's fallbacks where rows are not whole blocks), so a synthetic drafter
+    /// times the same kernels as a converted one.
+    Quant(Recipe),
 }
 
 impl OutType {
@@ -48,20 +53,22 @@ impl OutType {
             "f32" => OutType::F32,
             "f16" => OutType::F16,
             "bf16" => OutType::BF16,
-            "q8_0" => OutType::Q8_0,
+            q @ ("q8_0" | "q4_k_m" | "iq4_xs") => OutType::Quant(Recipe::parse(q)?),
             other => {
                 return Err(ModelError::Config(format!(
-                    "unknown --outtype '{other}' (f32, f16, bf16, q8_0)"
+                    "unknown --outtype '{other}' (f32, f16, bf16, q8_0, q4_k_m, iq4_xs)"
                 )));
             }
         })
     }
-    fn dtype(self) -> DType {
+
+    /// The type of 2-D tensor `name` whose rows hold `cols` values.
+    fn dtype_for(self, name: &str, cols: usize) -> DType {
         match self {
             OutType::F32 => DType::F32,
             OutType::F16 => DType::F16,
             OutType::BF16 => DType::BF16,
-            OutType::Q8_0 => DType::Q8_0,
+            OutType::Quant(r) => r.dtype_for(name, cols),
         }
     }
 }
@@ -566,10 +573,8 @@ pub fn convert_dflash(
         // Norms and the DFlash2 conv bases stay F32.
         let dtype = if shape.len() == 1 || name.ends_with("_conv.base") {
             DType::F32
-        } else if outtype == OutType::Q8_0 && !shape[1].is_multiple_of(32) {
-            DType::F16 // rows that are not whole Q8_0 blocks
         } else {
-            outtype.dtype()
+            outtype.dtype_for(name, shape[1])
         };
         let data = quant::quantize(dtype, &t.values)?;
         let ne: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
