@@ -48,6 +48,9 @@ pub enum OutType {
 }
 
 impl OutType {
+    /// The plain 8-bit type (every 2-D weight Q8_0 where its rows are whole blocks).
+    pub const Q8_0: OutType = OutType::Quant(Recipe::Q8_0);
+
     pub fn parse(s: &str) -> Result<OutType, ModelError> {
         Ok(match s.to_ascii_lowercase().as_str() {
             "f32" => OutType::F32,
