@@ -456,7 +456,30 @@ fn cli_generate_and_bench_draft_with_dflash2() {
         let j: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(j["draft_to_target_ratio"].as_f64().unwrap() > 0.0, "{out}");
         assert_eq!(j["block"].as_u64(), Some(fx::BLOCK as u64));
+        // A checkpoint directory has no file bytes to count.
+        assert!(j["draft_step_weight_bytes"].is_null(), "{out}");
     }
+    // A GGUF drafter: its bytes a step are its tensors but the gathered codebooks, plus the
+    // target's lm_head.
+    let g = convert(&ck, &d.join("d2q.gguf"), OutType::Q8_0);
+    let (ok, out) = deltaspec(&[
+        "bench", "draft", "--model", t, "--draft", g.to_str().unwrap(), "-n", "1", "--ctx", "8",
+        "--json",
+    ]);
+    assert!(ok, "{out}");
+    let line = out.lines().find(|l| l.starts_with('{')).expect(&out);
+    let j: serde_json::Value = serde_json::from_str(line).unwrap();
+    let f = deltaspec::gguf::GgufFile::open(&g).unwrap();
+    let own: usize = f
+        .tensors
+        .iter()
+        .filter(|t| !t.name.starts_with("dflash.selector.") || t.name.ends_with("hproj.weight"))
+        .map(|t| t.size)
+        .sum();
+    let m = Qwen35::load(&target).unwrap();
+    let head = m.weights.get("output.weight").unwrap().bytes().len();
+    assert_eq!(j["draft_step_weight_bytes"].as_u64(), Some((own + head) as u64), "{out}");
+    assert!(j["target_step_weight_bytes"].as_u64().unwrap() > head as u64, "{out}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

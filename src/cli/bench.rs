@@ -201,7 +201,7 @@ fn kernels(a: &KernelsArgs) -> anyhow::Result<()> {
 }
 
 /// Weight bytes one decode step streams: every weight once, but only one embedding row.
-fn bytes_per_token(m: &Qwen35) -> usize {
+pub(crate) fn bytes_per_token(m: &Qwen35) -> usize {
     let embd = m
         .weights
         .get(names::TOKEN_EMBD)

@@ -8,11 +8,14 @@
 //!   rows committed before timing starts. With `--seqs S > 1` (DFlash2 only) one batched launch
 //!   drafts for S sequences ([`BatchSession`]).
 //!
-//! Prints both times and the drafter-step / target-step ratio. Feature rows are random: the
-//! time of a step does not depend on the values.
+//! Prints both times and the drafter-step / target-step ratio, and the weight bytes each step
+//! streams: on a bandwidth-bound GPU the time ratio follows the bytes ratio, so a drafter's
+//! weight type (Q8_0 against a 4-bit mix) sets what ratio is reachable at all. Feature rows are
+//! random: the time of a step does not depend on the values.
 
 use crate::backend;
 use crate::model::draft::dflash2::{BatchSession, SeqDraft};
+use crate::model::draft::{DFlash, names};
 use crate::model::qwen35::{GraphOptions, LogitRows};
 use crate::model::{Qwen35, Session};
 use crate::spec::{DraftRequest, Features, Sampling};
@@ -50,6 +53,24 @@ pub struct Args {
 /// Untimed drafter rounds of `--accept` rows before timing (compile, then graph capture).
 const WARMUP: usize = 2;
 
+/// Weight bytes one drafter step streams: the drafter's tensors except the tables it gathers
+/// rows from (the DFlash2 selector codebooks, the DSpark Markov embedding), plus the target's
+/// lm_head it shares (the token embedding is gathered too).
+fn drafter_step_bytes(d: &DFlash, m: &Qwen35) -> usize {
+    let gathered = [names::SELECTOR_PRED, names::SELECTOR_SUCC, names::MARKOV_W1];
+    let own: usize = d
+        .weights
+        .tensors
+        .iter()
+        .filter(|(n, _)| !gathered.contains(&n.as_str()))
+        .map(|(_, t)| t.bytes().len())
+        .sum();
+    own + m
+        .weights
+        .get(names::OUTPUT)
+        .map_or(0, |t| t.bytes().len())
+}
+
 /// Random feature rows of `layers` for `rows` positions from `start`.
 fn features(rng: &mut Rng, layers: &[usize], start: usize, rows: usize, h: usize) -> Features {
     Features {
@@ -75,6 +96,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", a.draft.display()))?;
     let bsz = drafter.max_draft() + 1;
     let layers = drafter.feature_layers();
+    let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+    // A directory (an HF checkpoint) has no GGUF bytes to count: only files get the bytes line.
+    let draft_bytes = if a.draft.is_file() {
+        Some(drafter_step_bytes(&DFlash::load(&a.draft)?, &m))
+    } else {
+        None
+    };
+    let target_bytes = super::bench::bytes_per_token(&m);
     let h = m.cfg.hidden;
     let mut rng = Rng::new(1);
 
@@ -148,6 +177,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 "warmup": WARMUP,
                 "target_step_ms": target_ms, "draft_step_ms": draft_ms,
                 "draft_to_target_ratio": ratio,
+                "draft_step_weight_bytes": draft_bytes, "target_step_weight_bytes": target_bytes,
             })
         );
     } else {
@@ -159,6 +189,14 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             a.seqs, a.accept, a.ctx
         );
         println!("ratio:        {ratio:.3} (drafter step / target step)");
+        if let Some(db) = draft_bytes {
+            println!(
+                "weights:      {:.3} GiB a drafter step (with the target's lm_head), {:.3} GiB a target step: bytes ratio {:.3}",
+                gib(db),
+                gib(target_bytes),
+                db as f64 / target_bytes as f64
+            );
+        }
     }
     Ok(())
 }
