@@ -157,9 +157,10 @@ DEV void qm_ld2(const float* p, float& a, float& b) {
 // Items s = sb .. sb + R - 1 (TAIL: those below nb) of one warp into its partials acc[jj].
 // XD2: XD/XS rows start at even offsets (nb even), so two consecutive items' scales are one
 // 8-byte load.
-template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF, bool H>
+// FOLD (the prefill tile qmmp below): every item goes to one accumulator per output, acc[0].
+template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF, bool H, bool FOLD = false>
 DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
-                    const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[R][TG][4]) {
+                    const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[FOLD ? 1 : R][TG][4]) {
     static_assert(R % 2 == 0, "items are taken in pairs for the XD loads");
     const bool odd = t & 1, low = t < 2;
     const u32 pos = qm_pos(t);
@@ -305,7 +306,8 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
                 const float so[4] = {sa0, sa0, sb0, sb0};
 #pragma unroll
                 for (u32 o = 0; o < 4; ++o) {
-                    acc[jj][tg][o] = q8c_same<P::NOMIN>(acc[jj][tg][o], xdo[o], so[o], q8c_float(d[o]), mo[o], xso[o]);
+                    float& a = acc[FOLD ? 0 : jj][tg][o];
+                    a = q8c_same<P::NOMIN>(a, xdo[o], so[o], q8c_float(d[o]), mo[o], xso[o]);
                 }
             } else {
                 i32 d0[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
@@ -315,7 +317,8 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
                 const float s0o[4] = {sa0, sa0, sb0, sb0}, s1o[4] = {sa1, sa1, sb1, sb1};
 #pragma unroll
                 for (u32 o = 0; o < 4; ++o) {
-                    acc[jj][tg][o] = q8c_split<P::NOMIN>(acc[jj][tg][o], xdo[o], s0o[o], q8c_float(d0[o]), s1o[o],
+                    float& a = acc[FOLD ? 0 : jj][tg][o];
+                    a = q8c_split<P::NOMIN>(a, xdo[o], s0o[o], q8c_float(d0[o]), s1o[o],
                                                          q8c_float(d1[o]), mo[o], xso[o]);
                 }
             }
@@ -522,6 +525,114 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
     }
     qmma<P, TG, false, U, XF, PF, H, NW>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
+
+// The prefill tile (`qmmp*`, `DELTASPEC_HIP_QMMP=1`): for graphs whose rows are not compared
+// with 1-row decode (Graph::rows_match_decode off: prompts), so the items may be summed in any
+// fixed order. The verify tile above pays for the dp4a kernel's order at every width: 32
+// residue partials per output split over a block's warps, a cross-warp butterfly per group of
+// 8·TG input rows, and at 32 rows and more a loop over such groups. Here each warp owns its own
+// 16 weight rows (NW warps: 16·NW rows per block, which share the activations through L1) and
+// walks every item of its rows into one accumulator per output (qmma_chunk's FOLD), 64 input
+// rows (TG = 8) per pass: no shared memory, no barrier, 32 accumulators per lane, and each
+// weight fragment decoded once per 64 inputs instead of once per 8-32. S items are loaded
+// per step (HOIST). Fragment-ordered activations only (qmma_quantize's copy). GLU as in qmma:
+// a warp's A rows are 8 gate rows and the same columns' up rows.
+constexpr u32 QMP_TG = 8;  // groups of 8 input rows per pass (mirrored by kernels::QMMP_ROWS_IN)
+constexpr u32 QMP_NW = 4;  // warps per block (mirrored by kernels::QMMP_WARPS)
+constexpr u32 QMP_S = 2;   // items per step
+
+template <class P, bool GLU>
+DEV void qmmp(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
+              const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
+              u32 M, u64 row_bytes, u32 rb_block) {
+    constexpr u32 TG = QMP_TG, S = QMP_S;
+    const u32 lane = lane_id(), w = tid_x() / WARP;
+    const u32 g = lane / 4, t = lane % 4;
+    const u32 m0 = (rb_block * QMP_NW + w) * (GLU ? QM_ROWS / 2 : QM_ROWS);
+    grid_begin();
+    if (m0 >= M) return;  // the whole warp: no barrier in this kernel
+    const u32 nb = K / 32;
+    const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
+    const u8* wa = W + (u64)(ra < M ? ra : M - 1) * row_bytes;
+    const u8* wb = (GLU ? WU : W) + (u64)(rb < M ? rb : M - 1) * row_bytes;
+    const u32 gl = (N - 1) / 8;  // the last group of 8 input rows
+    for (u32 n0 = 0; n0 < N; n0 += 8 * TG) {
+        QmGroup grp[TG];
+#pragma unroll
+        for (u32 tg = 0; tg < TG; ++tg) {
+            // Groups past the last one repeat it; their results are dropped.
+            const u32 gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
+            grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
+            grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
+            grp[tg].xc = 0;
+        }
+        float acc[1][TG][4];
+#pragma unroll
+        for (u32 tg = 0; tg < TG; ++tg)
+#pragma unroll
+            for (u32 o = 0; o < 4; ++o) acc[0][tg][o] = 0.0f;
+        u32 sb = 0;
+        for (; sb + S <= nb; sb += S) {
+            qmma_chunk<P, TG, S, false, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+        }
+        if (sb < nb) qmma_chunk<P, TG, S, true, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+#pragma unroll
+        for (u32 tg = 0; tg < TG; ++tg) {
+            const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
+            if constexpr (GLU) {
+                if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
+                if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
+            } else {
+                if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
+                if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
+                if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
+                if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
+            }
+        }
+    }
+}
+
+// Up to four matmuls of one quantized input in one launch, blocks dealt as in qmma_seg (each
+// block 16·QMP_NW weight rows of one segment).
+template <class P>
+DEV void qmmp_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
+                  u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
+                  u32 K, u64 row_bytes) {
+    constexpr u32 RPB = QM_ROWS * QMP_NW;
+    u32 b = bid_x();
+    const u8* W = W0;
+    float* Y = Y0;
+    u32 M = M0;
+    const u32 b0 = (M0 + RPB - 1) / RPB, b1 = (M1 + RPB - 1) / RPB, b2 = (M2 + RPB - 1) / RPB;
+    if (b >= b0) {
+        b -= b0, W = W1, Y = Y1, M = M1;
+        if (b >= b1) {
+            b -= b1, W = W2, Y = Y2, M = M2;
+            if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
+        }
+    }
+    qmmp<P, false>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
+}
+
+// qmmp_<type>, qmmp4_<type> and qmmp_glu_<type>: the arguments of the qmma kernels.
+#define DS_QMMP_TYPE(name, P)                                                                             \
+    QM_KERNEL(QMP_NW, 1)                                                                                  \
+    qmmp_##name(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, u32 K, u32 M, \
+                u64 row_bytes) {                                                                          \
+        qmmp<P, false>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                           \
+    }                                                                                                     \
+    QM_KERNEL(QMP_NW, 1)                                                                                  \
+    qmmp4_##name(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,  \
+                 u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS,  \
+                 u32 N, u32 K, u64 row_bytes) {                                                           \
+        qmmp_seg<P>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);           \
+    }                                                                                                     \
+    QM_KERNEL(QMP_NW, 1)                                                                                  \
+    qmmp_glu_##name(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, float* Y,   \
+                    u32 N, u32 K, u32 M, u64 row_bytes) {                                                 \
+        qmmp<P, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                                \
+    }
+DS_FOR_EACH_FTYPE(DS_QMMP_TYPE)
 
 // Chunks of L2 prefetch distance in the `p` kernels (16 rows × 544 bytes per IQ4_XS chunk: 8 chunks
 // are ~70 KB ahead per block, about the bytes one SM must have in flight for its share of 4.3 TB/s

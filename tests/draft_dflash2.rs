@@ -463,7 +463,16 @@ fn cli_generate_and_bench_draft_with_dflash2() {
     // target's lm_head.
     let g = convert(&ck, &d.join("d2q.gguf"), OutType::Q8_0);
     let (ok, out) = deltaspec(&[
-        "bench", "draft", "--model", t, "--draft", g.to_str().unwrap(), "-n", "1", "--ctx", "8",
+        "bench",
+        "draft",
+        "--model",
+        t,
+        "--draft",
+        g.to_str().unwrap(),
+        "-n",
+        "1",
+        "--ctx",
+        "8",
         "--json",
     ]);
     assert!(ok, "{out}");
@@ -478,8 +487,15 @@ fn cli_generate_and_bench_draft_with_dflash2() {
         .sum();
     let m = Qwen35::load(&target).unwrap();
     let head = m.weights.get("output.weight").unwrap().bytes().len();
-    assert_eq!(j["draft_step_weight_bytes"].as_u64(), Some((own + head) as u64), "{out}");
-    assert!(j["target_step_weight_bytes"].as_u64().unwrap() > head as u64, "{out}");
+    assert_eq!(
+        j["draft_step_weight_bytes"].as_u64(),
+        Some((own + head) as u64),
+        "{out}"
+    );
+    assert!(
+        j["target_step_weight_bytes"].as_u64().unwrap() > head as u64,
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -295,6 +295,50 @@ fn matmul_int8_activations_match_the_quantized_reference() {
 }
 
 #[test]
+fn matmul_int8_prefill_tile_matches_the_quantized_reference() {
+    // The prefill tile (`qmmp*`, NVIDIA; elsewhere the setting keeps the other kernels): one
+    // accumulator per output over all of K, 64 input rows a pass, 64 weight rows a block. Inputs
+    // past one pass and not a multiple of 8 (33, 70), weight rows past one block and not a
+    // multiple of 16 (37, 130), against the CPU on the same int8-rounded inputs.
+    for &dtype in INT8_TYPES {
+        for k in ks(dtype) {
+            for m in [37, 130] {
+                let mut rng = Rng::new(k as u64 * 11 + m as u64);
+                let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
+                let Some(mut p) = Pair::with("matmul_int8_prefill", &w, &[], |g| {
+                    g.set_int8_matmul(true);
+                    g.set_qmma_skip(Some(Vec::new()));
+                    g.set_qmmp(true);
+                }) else {
+                    return;
+                };
+                for n in [33, 70] {
+                    let x = rng.vec_normal(n * k, 1.0);
+                    let xq = quant::q8_activation_roundtrip(&x);
+                    let g = matmul_graph(n, k, m, dtype);
+                    let ec = p.cpu.be.compile(&g).unwrap();
+                    let c = p
+                        .cpu
+                        .be
+                        .run(ec, p.cpu.w, p.cpu.s, &[("x", HostData::F32(xq))]);
+                    let eg = p.gpu.be.compile(&g).unwrap();
+                    let h = p
+                        .gpu
+                        .be
+                        .run(eg, p.gpu.w, p.gpu.s, &[("x", HostData::F32(x))]);
+                    compare(
+                        &format!("matmul[prefill tile] {dtype} n={n} k={k} m={m}"),
+                        &c.unwrap(),
+                        &h.unwrap(),
+                        F32_TOL,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_int8_rows_do_not_depend_on_the_batch() {
     // Lossless speculation needs a verify row to equal the decode of the same row bit for bit.
     // K = 4352 gives every lane more than four 32-value items, so the unrolled main loop of
@@ -1137,6 +1181,71 @@ fn tiny_q8_0_model_with_int8_activations_stays_close_to_cpu() {
     // the model then sits about 1e-2 from the f32 reference (tests/fixtures/models/README.md
     // measures llama.cpp at 3e-3 … 1e-2 on the same kind of model).
     tiny_model(true, 5e-2);
+}
+
+#[test]
+fn tiny_model_prompt_on_the_prefill_tile() {
+    // A 70-token prompt (last-row logits: its rows are not compared with decode) with the
+    // prefill tile (`qmmp*`, also its fused gate/up and grouped launches) against the verify
+    // tile on the same int8 inputs (only the summation order differs) and against the CPU.
+    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+    use deltaspec::model::{Qwen35, Session, synth};
+    let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny-q8_0-prefill.gguf");
+    synth::write(
+        &synth::preset("tiny").unwrap(),
+        synth::Recipe::Q8_0,
+        7,
+        &path,
+    )
+    .unwrap();
+    let model = Qwen35::load(&path).unwrap();
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: vec![1, 3],
+        read_logits: true,
+    };
+    let prompt: Vec<u32> = (0..70)
+        .map(|i| (i * 37 + 3) % model.cfg.vocab as u32)
+        .collect();
+    let mut outs = Vec::new();
+    for qmmp in [false, true] {
+        let Some(mut g) = gpu("tiny_model_prefill") else {
+            return;
+        };
+        g.set_int8_matmul(true);
+        g.set_qmmp(qmmp);
+        let mut be: Box<dyn Backend> = Box::new(g);
+        let mut s = Session::new(&model, be.as_mut(), 128).unwrap();
+        outs.push(s.forward(&prompt, &opts).unwrap());
+    }
+    let mut cpu = backend::create("cpu").unwrap();
+    let mut sc = Session::new(&model, cpu.as_mut(), 128).unwrap();
+    let c = sc.forward(&prompt, &opts).unwrap();
+    // Another summation order moves a matmul output by an ulp or so, which can flip the int8
+    // rounding of a value the next matmul reads (a step of 1/127 of its block's largest): the
+    // emulator measured 3.0e-4 on the logits, far inside the int8 path's 5e-2 to the CPU.
+    let (tile, pf) = (&outs[0], &outs[1]);
+    let e = rel_err(&pf.logits, &tile.logits);
+    assert!(
+        e <= 2e-3,
+        "prefill tile vs verify tile: logits relative error {e:.3e}"
+    );
+    for ((l, a), (_, b)) in pf.hidden.iter().zip(&tile.hidden) {
+        let e = rel_err(a, b);
+        assert!(
+            e <= 2e-3,
+            "prefill tile vs verify tile: hidden.{l} relative error {e:.3e}"
+        );
+    }
+    let e = rel_err(&pf.logits, &c.logits);
+    assert!(
+        e <= 5e-2,
+        "prefill tile vs CPU: logits relative error {e:.3e}"
+    );
+    let _ = std::fs::remove_file(&path);
 }
 
 fn tiny_model(int8: bool, tol: f64) {

@@ -65,10 +65,7 @@ fn drafter_step_bytes(d: &DFlash, m: &Qwen35) -> usize {
         .filter(|(n, _)| !gathered.contains(&n.as_str()))
         .map(|(_, t)| t.bytes().len())
         .sum();
-    own + m
-        .weights
-        .get(names::OUTPUT)
-        .map_or(0, |t| t.bytes().len())
+    own + m.weights.get(names::OUTPUT).map_or(0, |t| t.bytes().len())
 }
 
 /// Random feature rows of `layers` for `rows` positions from `start`.

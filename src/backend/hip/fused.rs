@@ -265,12 +265,11 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         let m = g.tensor(first.inputs[1]).shape[0];
         // (source, kernel, output columns per block, threads); both take the same arguments.
         let (source, name, cols, threads) = match be.qmma_glu_tile(n, suffix) {
-            Some(t) => (
-                "qmma",
-                be.qmma_kernel("qmma_glu", suffix, t),
-                u64::from(kernels::QMMA_GLU_COLS),
-                be.qmma_threads(t),
-            ),
+            Some(t) => {
+                let (name, cols, threads) =
+                    be.mma_launch("qmma_glu", suffix, t, n, g.rows_match_decode);
+                ("qmma", name, cols, threads)
+            }
             None => match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
                 (Some((_, u)), _) => (
                     "qmatmul",
@@ -319,12 +318,10 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         .map(|&i| g.tensor(g.nodes[i].inputs[1]).shape[0])
         .sum();
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
-        Some(t) => (
-            "qmma",
-            be.qmma_kernel("qmma4", suffix, t),
-            u64::from(kernels::QMMA_ROWS),
-            be.qmma_threads(t),
-        ),
+        Some(t) => {
+            let (name, rows, threads) = be.mma_launch("qmma4", suffix, t, n, g.rows_match_decode);
+            ("qmma", name, rows, threads)
+        }
         None => match (
             be.q1_variant(n, false, total_rows, suffix),
             fused_wide_rows(be, nt),

@@ -197,6 +197,9 @@ pub const QMMA_TILES: &[u32] = &[8, 16, 32];
 /// per step, one (`u1`), fragment-ordered activations (`f`), with L2 prefetch (`p`), with hoisted
 /// loads (`q`), and half the warps per block (`w`, at the 8- and 16-row tiles only).
 pub const QMMA_VARIANTS: &[&str] = &["", "u1", "f", "p", "q", "w"];
+/// Warps of a `qmmp*` block (`QMP_NW` in `hip/qmma.hip`), each over its own 16 weight rows (8
+/// gate/up columns for `qmmp_glu_*`).
+pub const QMMP_WARPS: u32 = 4;
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;
@@ -379,6 +382,11 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
                 for kind in ["qmma", "qmma4", "qmma_glu"] {
                     v.push(("qmma", format!("{kind}_{ty}_{nt}{sfx}")));
                 }
+            }
+        }
+        if *ty != Q8_REGROUPED {
+            for kind in ["qmmp", "qmmp4", "qmmp_glu"] {
+                v.push(("qmma", format!("{kind}_{ty}")));
             }
         }
     }

@@ -915,12 +915,11 @@ pub(super) fn qgemv(
     // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
     let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
-        Some(nt) => (
-            "qmma",
-            be.qmma_kernel("qmma", suffix, nt),
-            u64::from(kernels::QMMA_ROWS),
-            be.qmma_threads(nt),
-        ),
+        Some(nt) => {
+            let (name, rows, threads) =
+                be.mma_launch("qmma", suffix, nt, n, env.graph.rows_match_decode);
+            ("qmma", name, rows, threads)
+        }
         None => {
             let nt = kernels::qgemv_tile(n);
             let (name, rows) = match (be.q1_variant(n, false, m, suffix), qgemv_wide(be, nt)) {

@@ -215,6 +215,13 @@ pub struct HipBackend {
     /// session 7: 16 rows 26.0 ms against 28.7, 32 rows 38.5 against 43.0):
     /// `DELTASPEC_HIP_QMMA_XLAYOUT=0` turns it off.
     qmma_xlayout: bool,
+    /// The prefill tile (`qmmp*` in `hip/qmma.hip`) for int8 matmuls over more than 32 input
+    /// rows in graphs whose rows are not compared with decode (prompts): each warp walks all
+    /// of K for its own 16 weight rows into one accumulator per output, 64 input rows a pass,
+    /// instead of the verify tile's residue partials and cross-warp butterflies. Its results
+    /// differ from the verify tile's in the last bits (another summation order), so verify
+    /// graphs never take it. `DELTASPEC_HIP_QMMP=1`; off until measured on a GPU.
+    qmmp: bool,
     /// Fused dp4a groups at a tile with a wide variant run its fused wide kernels
     /// (`qgemv4_*_8x4`, `qgemv_glu_*_8x4`: the drafters' 8-row q/k/v and gate/up groups) instead
     /// of the 2-row ones; bit-identical either way. Off by default until measured on the H200:
@@ -355,6 +362,7 @@ impl HipBackend {
                 .ok()
                 .map(|v| v.split(',').map(|t| t.trim().to_string()).collect()),
             qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").map_or(true, |v| v != "0"),
+            qmmp: std::env::var("DELTASPEC_HIP_QMMP").is_ok_and(|v| v == "1"),
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
             qmma_v2: std::env::var("DELTASPEC_HIP_QMMA_V2")
@@ -577,6 +585,44 @@ impl HipBackend {
             (false, _) => self.qmma_sfx,
         };
         format!("{kind}_{suffix}_{nt}{sfx}")
+    }
+
+    /// The prefill tile on or off (see the field); drops compiled graphs.
+    pub fn set_qmmp(&mut self, on: bool) {
+        self.qmmp = on;
+        self.drop_graphs(|_| true);
+    }
+
+    /// The matrix-core launch of `kind` (`qmma`, `qmma4`, `qmma_glu`) for `n` input rows at
+    /// tile `nt` of `suffix` weights: `(kernel, weight rows per block (output columns for the
+    /// gate/up pair), threads)`. The prefill tile where it is on, the graph's rows need not
+    /// equal decode and `n` is past the 16-row tile; the verify tile otherwise.
+    fn mma_launch(
+        &self,
+        kind: &str,
+        suffix: &str,
+        nt: u32,
+        n: usize,
+        decode_rows: bool,
+    ) -> (String, u64, u32) {
+        let per_warp = if kind == "qmma_glu" {
+            kernels::QMMA_GLU_COLS
+        } else {
+            kernels::QMMA_ROWS
+        };
+        if self.qmmp && self.qmma_frag() && !decode_rows && n > 32 {
+            let k = kind.replacen("qmma", "qmmp", 1);
+            return (
+                format!("{k}_{suffix}"),
+                u64::from(per_warp * kernels::QMMP_WARPS),
+                32 * kernels::QMMP_WARPS,
+            );
+        }
+        (
+            self.qmma_kernel(kind, suffix, nt),
+            u64::from(per_warp),
+            self.qmma_threads(nt),
+        )
     }
 
     /// Threads of a matrix-core block at tile `nt`: half of `kernels::qmma_threads` for the
