@@ -537,7 +537,7 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
 // weight fragment decoded once per 64 inputs instead of once per 8-32. S items are loaded
 // per step (HOIST). Fragment-ordered activations only (qmma_quantize's copy). GLU as in qmma:
 // a warp's A rows are 8 gate rows and the same columns' up rows.
-constexpr u32 QMP_TG = 8;  // groups of 8 input rows per pass (mirrored by kernels::QMMP_ROWS_IN)
+constexpr u32 QMP_TG = 8;  // groups of 8 input rows per pass (64 rows; the host only needs N)
 constexpr u32 QMP_NW = 4;  // warps per block (mirrored by kernels::QMMP_WARPS)
 constexpr u32 QMP_S = 2;   // items per step
 

@@ -260,8 +260,8 @@ fn graphs_are_dropped_when_their_buffers_go_away_or_move() {
 /// (default int8 activations) and stay within the int8 tolerance of the CPU reference.
 #[test]
 fn tiny_model_decode_and_verify_replay_bit_for_bit() {
+    use deltaspec::model::Session;
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-    use deltaspec::model::{Qwen35, Session, synth};
     let Some(mut on) = gpu("tiny_model_graphs", true) else {
         return;
     };
@@ -269,16 +269,7 @@ fn tiny_model_decode_and_verify_replay_bit_for_bit() {
         return;
     };
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-graph-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tiny-q8_0.gguf");
-    synth::write(
-        &synth::preset("tiny").unwrap(),
-        synth::Recipe::Q8_0,
-        7,
-        &path,
-    )
-    .unwrap();
-    let model = Qwen35::load(&path).unwrap();
+    let model = common::tiny_q8_0(&dir, "tiny-q8_0.gguf");
     let _ = std::fs::remove_dir_all(&dir);
     let mut cpu = backend::create("cpu").unwrap();
 

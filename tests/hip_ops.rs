@@ -252,6 +252,38 @@ const INT8_TYPES: &[DType] = &[
     DType::Iq4Xs,
 ];
 
+/// One int8-activation matmul of fresh inputs on the GPU against the CPU, which gets the same
+/// int8-rounded values as f32 (`q8_activation_roundtrip`): the same products, to rounding.
+fn int8_matmul_vs_cpu(
+    p: &mut Pair,
+    rng: &mut Rng,
+    what: &str,
+    dtype: DType,
+    n: usize,
+    k: usize,
+    m: usize,
+) {
+    let x = rng.vec_normal(n * k, 1.0);
+    let xq = quant::q8_activation_roundtrip(&x);
+    let g = matmul_graph(n, k, m, dtype);
+    let ec = p.cpu.be.compile(&g).unwrap();
+    let c = p
+        .cpu
+        .be
+        .run(ec, p.cpu.w, p.cpu.s, &[("x", HostData::F32(xq))]);
+    let eg = p.gpu.be.compile(&g).unwrap();
+    let h = p
+        .gpu
+        .be
+        .run(eg, p.gpu.w, p.gpu.s, &[("x", HostData::F32(x))]);
+    compare(
+        &format!("matmul[{what}] {dtype} n={n} k={k} m={m}"),
+        &c.unwrap(),
+        &h.unwrap(),
+        F32_TOL,
+    );
+}
+
 #[test]
 fn matmul_int8_activations_match_the_quantized_reference() {
     // The GPU quantizes x to int8 per 32 values; the CPU gets those same values as f32
@@ -269,25 +301,7 @@ fn matmul_int8_activations_match_the_quantized_reference() {
                     return;
                 };
                 for n in [1, 2, 3, 5, 8, 13, 16, 17, 33] {
-                    let x = rng.vec_normal(n * k, 1.0);
-                    let xq = quant::q8_activation_roundtrip(&x);
-                    let g = matmul_graph(n, k, m, dtype);
-                    let ec = p.cpu.be.compile(&g).unwrap();
-                    let c = p
-                        .cpu
-                        .be
-                        .run(ec, p.cpu.w, p.cpu.s, &[("x", HostData::F32(xq))]);
-                    let eg = p.gpu.be.compile(&g).unwrap();
-                    let h = p
-                        .gpu
-                        .be
-                        .run(eg, p.gpu.w, p.gpu.s, &[("x", HostData::F32(x))]);
-                    compare(
-                        &format!("matmul[int8] {dtype} n={n} k={k} m={m}"),
-                        &c.unwrap(),
-                        &h.unwrap(),
-                        F32_TOL,
-                    );
+                    int8_matmul_vs_cpu(&mut p, &mut rng, "int8", dtype, n, k, m);
                 }
             }
         }
@@ -313,25 +327,7 @@ fn matmul_int8_prefill_tile_matches_the_quantized_reference() {
                     return;
                 };
                 for n in [33, 70] {
-                    let x = rng.vec_normal(n * k, 1.0);
-                    let xq = quant::q8_activation_roundtrip(&x);
-                    let g = matmul_graph(n, k, m, dtype);
-                    let ec = p.cpu.be.compile(&g).unwrap();
-                    let c = p
-                        .cpu
-                        .be
-                        .run(ec, p.cpu.w, p.cpu.s, &[("x", HostData::F32(xq))]);
-                    let eg = p.gpu.be.compile(&g).unwrap();
-                    let h = p
-                        .gpu
-                        .be
-                        .run(eg, p.gpu.w, p.gpu.s, &[("x", HostData::F32(x))]);
-                    compare(
-                        &format!("matmul[prefill tile] {dtype} n={n} k={k} m={m}"),
-                        &c.unwrap(),
-                        &h.unwrap(),
-                        F32_TOL,
-                    );
+                    int8_matmul_vs_cpu(&mut p, &mut rng, "prefill tile", dtype, n, k, m);
                 }
             }
         }
@@ -1188,19 +1184,10 @@ fn tiny_model_prompt_on_the_prefill_tile() {
     // A 70-token prompt (last-row logits: its rows are not compared with decode) with the
     // prefill tile (`qmmp*`, also its fused gate/up and grouped launches) against the verify
     // tile on the same int8 inputs (only the summation order differs) and against the CPU.
+    use deltaspec::model::Session;
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-    use deltaspec::model::{Qwen35, Session, synth};
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tiny-q8_0-prefill.gguf");
-    synth::write(
-        &synth::preset("tiny").unwrap(),
-        synth::Recipe::Q8_0,
-        7,
-        &path,
-    )
-    .unwrap();
-    let model = Qwen35::load(&path).unwrap();
+    let model = common::tiny_q8_0(&dir, "tiny-q8_0-prefill.gguf");
     let opts = GraphOptions {
         logits: LogitRows::Last,
         argmax: true,
@@ -1245,29 +1232,19 @@ fn tiny_model_prompt_on_the_prefill_tile() {
         e <= 5e-2,
         "prefill tile vs CPU: logits relative error {e:.3e}"
     );
-    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(dir.join("tiny-q8_0-prefill.gguf"));
 }
 
 fn tiny_model(int8: bool, tol: f64) {
+    use deltaspec::model::Session;
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-    use deltaspec::model::{Qwen35, Session, synth};
     let Some(mut g) = gpu("tiny_model") else {
         return;
     };
     g.set_int8_matmul(int8);
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // One file per test: the two callers run on parallel test threads of one process, and
-    // rewriting a file the other has mapped kills the process (SIGBUS, seen on the H200).
-    let path = dir.join(format!("tiny-q8_0-int8-{int8}.gguf"));
-    synth::write(
-        &synth::preset("tiny").unwrap(),
-        synth::Recipe::Q8_0,
-        7,
-        &path,
-    )
-    .unwrap();
-    let model = Qwen35::load(&path).unwrap();
+    // One file per test (the two callers run on parallel test threads: see common::tiny_q8_0).
+    let model = common::tiny_q8_0(&dir, &format!("tiny-q8_0-int8-{int8}.gguf"));
     let vocab = model.cfg.vocab;
 
     let mut cpu = backend::create("cpu").unwrap();

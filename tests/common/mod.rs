@@ -116,3 +116,21 @@ pub fn target_load_err(path: &Path) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// Writes the `tiny` synthetic model with Q8_0 weights (seed 7) to `dir/name` and loads it. One
+/// file per caller: tests on parallel threads of one process must not rewrite a file another
+/// has mapped (SIGBUS, seen on the H200).
+#[allow(dead_code)] // not every test binary uses it
+pub fn tiny_q8_0(dir: &Path, name: &str) -> deltaspec::model::Qwen35 {
+    use deltaspec::model::synth;
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(name);
+    synth::write(
+        &synth::preset("tiny").unwrap(),
+        synth::Recipe::Q8_0,
+        7,
+        &path,
+    )
+    .unwrap();
+    deltaspec::model::Qwen35::load(&path).unwrap()
+}

@@ -262,6 +262,7 @@ pub fn ptx_only(name: &str) -> bool {
                 .any(|u| name.ends_with(&format!("_1u{u}")))
     };
     name.starts_with("qmma")
+        || name.starts_with("qmmp")
         || name.starts_with("qgemv") && q1(name)
         || name.starts_with("qgemv")
             && QGEMV_WIDE
