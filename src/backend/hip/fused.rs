@@ -228,6 +228,11 @@ fn fused_wide_rows(be: &HipBackend, nt: u32) -> Option<u32> {
     lower::qgemv_wide(be, nt).filter(|&r| kernels::QGEMV_FUSED_WIDE.contains(&(nt, r)))
 }
 
+/// A dp4a launch's `(source, kernel, rows per block, threads)` with its one grid row.
+fn one_row(l: (&'static str, String, u64, u32)) -> (&'static str, String, u64, u32, u32) {
+    (l.0, l.1, l.2, l.3, 1)
+}
+
 /// One group: one quantization, then one `qgemv_glu_*` or `qgemv4_*` launch (running conv
 /// step node `conv` too where one is folded in).
 fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result<(), BackendError> {
@@ -264,38 +269,40 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
     if let Some(s) = grp.swiglu {
         let m = g.tensor(first.inputs[1]).shape[0];
         // (source, kernel, output columns per block, threads); both take the same arguments.
-        let (source, name, cols, threads) = match be.qmma_glu_tile(n, suffix) {
+        let (source, name, cols, threads, grid_y) = match be.qmma_glu_tile(n, suffix) {
             Some(t) => {
-                let (name, cols, threads) =
+                let (name, cols, threads, gy) =
                     be.mma_launch("qmma_glu", suffix, t, n, g.rows_match_decode);
-                ("qmma", name, cols, threads)
+                ("qmma", name, cols, threads, gy)
             }
-            None => match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
-                (Some((_, u)), _) => (
-                    "qmatmul",
-                    format!("qgemv_glu_{suffix}_1u{u}"),
-                    warps, // one gate/up row pair per warp
-                    kernels::QGEMV_THREADS,
-                ),
-                (None, Some(r)) => (
-                    "qmatmul",
-                    format!("qgemv_glu_{suffix}_{nt}x{r}"),
-                    u64::from(r / 2) * warps, // r / 2 pairs per warp
-                    kernels::QGEMV_THREADS,
-                ),
-                (None, None) => (
-                    "qmatmul",
-                    format!("qgemv_glu_{suffix}_{nt}"),
-                    warps,
-                    kernels::QGEMV_THREADS,
-                ),
-            },
+            None => one_row(
+                match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
+                    (Some((_, u)), _) => (
+                        "qmatmul",
+                        format!("qgemv_glu_{suffix}_1u{u}"),
+                        warps, // one gate/up row pair per warp
+                        kernels::QGEMV_THREADS,
+                    ),
+                    (None, Some(r)) => (
+                        "qmatmul",
+                        format!("qgemv_glu_{suffix}_{nt}x{r}"),
+                        u64::from(r / 2) * warps, // r / 2 pairs per warp
+                        kernels::QGEMV_THREADS,
+                    ),
+                    (None, None) => (
+                        "qmatmul",
+                        format!("qgemv_glu_{suffix}_{nt}"),
+                        warps,
+                        kernels::QGEMV_THREADS,
+                    ),
+                },
+            ),
         };
         return launch(
             be,
             source,
             &name,
-            [blocks(m as u64, cols), 1, 1],
+            [blocks(m as u64, cols), grid_y, 1],
             threads,
             &[
                 Arg::P(wptr(0)),
@@ -317,34 +324,37 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         .iter()
         .map(|&i| g.tensor(g.nodes[i].inputs[1]).shape[0])
         .sum();
-    let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
+    let (source, name, rows_per_block, threads, grid_y) = match be.qmma_tile(n, suffix) {
         Some(t) => {
-            let (name, rows, threads) = be.mma_launch("qmma4", suffix, t, n, g.rows_match_decode);
-            ("qmma", name, rows, threads)
+            let (name, rows, threads, gy) =
+                be.mma_launch("qmma4", suffix, t, n, g.rows_match_decode);
+            ("qmma", name, rows, threads, gy)
         }
-        None => match (
-            be.q1_variant(n, false, total_rows, suffix),
-            fused_wide_rows(be, nt),
-        ) {
-            (Some((r, u)), _) => (
-                "qmatmul",
-                format!("qgemv4_{suffix}_1r{r}u{u}"),
-                u64::from(r) * warps,
-                kernels::QGEMV_THREADS,
-            ),
-            (None, Some(r)) => (
-                "qmatmul",
-                format!("qgemv4_{suffix}_{nt}x{r}"),
-                u64::from(r) * warps,
-                kernels::QGEMV_THREADS,
-            ),
-            (None, None) => (
-                "qmatmul",
-                format!("qgemv4_{suffix}_{nt}"),
-                u64::from(kernels::qgemv_rows(nt)) * warps,
-                kernels::QGEMV_THREADS,
-            ),
-        },
+        None => one_row(
+            match (
+                be.q1_variant(n, false, total_rows, suffix),
+                fused_wide_rows(be, nt),
+            ) {
+                (Some((r, u)), _) => (
+                    "qmatmul",
+                    format!("qgemv4_{suffix}_1r{r}u{u}"),
+                    u64::from(r) * warps,
+                    kernels::QGEMV_THREADS,
+                ),
+                (None, Some(r)) => (
+                    "qmatmul",
+                    format!("qgemv4_{suffix}_{nt}x{r}"),
+                    u64::from(r) * warps,
+                    kernels::QGEMV_THREADS,
+                ),
+                (None, None) => (
+                    "qmatmul",
+                    format!("qgemv4_{suffix}_{nt}"),
+                    u64::from(kernels::qgemv_rows(nt)) * warps,
+                    kernels::QGEMV_THREADS,
+                ),
+            },
+        ),
     };
     for (c, chunk) in grp.members.chunks(kernels::QGEMV_SEGMENTS).enumerate() {
         let mut args = Vec::with_capacity(3 * kernels::QGEMV_SEGMENTS + 6);
@@ -377,7 +387,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
             }
         }
         let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;
-        launch(be, source, &name, [grid, 1, 1], threads, &args)?;
+        launch(be, source, &name, [grid, grid_y, 1], threads, &args)?;
     }
     Ok(())
 }

@@ -200,6 +200,9 @@ pub const QMMA_VARIANTS: &[&str] = &["", "u1", "f", "p", "q", "w"];
 /// Warps of a `qmmp*` block (`QMP_NW` in `hip/qmma.hip`), each over its own 16 weight rows (8
 /// gate/up columns for `qmmp_glu_*`).
 pub const QMMP_WARPS: u32 = 4;
+/// Input rows one `qmmp*` block computes (`8 · QMP_TG` in `hip/qmma.hip`): the grid has a row
+/// of blocks per such pass.
+pub const QMMP_ROWS_IN: usize = 64;
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;

@@ -914,11 +914,11 @@ pub(super) fn qgemv(
     }
     // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
-    let (source, name, rows_per_block, threads) = match be.qmma_tile(n, suffix) {
+    let (source, name, rows_per_block, threads, grid_y) = match be.qmma_tile(n, suffix) {
         Some(nt) => {
-            let (name, rows, threads) =
+            let (name, rows, threads, gy) =
                 be.mma_launch("qmma", suffix, nt, n, env.graph.rows_match_decode);
-            ("qmma", name, rows, threads)
+            ("qmma", name, rows, threads, gy)
         }
         None => {
             let nt = kernels::qgemv_tile(n);
@@ -932,6 +932,7 @@ pub(super) fn qgemv(
                 name,
                 u64::from(rows * (kernels::QGEMV_THREADS / 32)),
                 kernels::QGEMV_THREADS,
+                1,
             )
         }
     };
@@ -939,7 +940,7 @@ pub(super) fn qgemv(
         be,
         source,
         &name,
-        [blocks(m as u64, rows_per_block), 1, 1],
+        [blocks(m as u64, rows_per_block), grid_y, 1],
         threads,
         &[
             Arg::P(wptr),

@@ -595,8 +595,9 @@ impl HipBackend {
 
     /// The matrix-core launch of `kind` (`qmma`, `qmma4`, `qmma_glu`) for `n` input rows at
     /// tile `nt` of `suffix` weights: `(kernel, weight rows per block (output columns for the
-    /// gate/up pair), threads)`. The prefill tile where it is on, the graph's rows need not
-    /// equal decode and `n` is past the 16-row tile; the verify tile otherwise.
+    /// gate/up pair), threads, grid rows)`. The prefill tile where it is on, the graph's rows
+    /// need not equal decode and `n` is past the 16-row tile (a grid row per 64 input rows);
+    /// the verify tile otherwise (one grid row: its blocks loop over the inputs).
     fn mma_launch(
         &self,
         kind: &str,
@@ -604,7 +605,7 @@ impl HipBackend {
         nt: u32,
         n: usize,
         decode_rows: bool,
-    ) -> (String, u64, u32) {
+    ) -> (String, u64, u32, u32) {
         let per_warp = if kind == "qmma_glu" {
             kernels::QMMA_GLU_COLS
         } else {
@@ -616,12 +617,14 @@ impl HipBackend {
                 format!("{k}_{suffix}"),
                 u64::from(per_warp * kernels::QMMP_WARPS),
                 32 * kernels::QMMP_WARPS,
+                n.div_ceil(kernels::QMMP_ROWS_IN) as u32,
             );
         }
         (
             self.qmma_kernel(kind, suffix, nt),
             u64::from(per_warp),
             self.qmma_threads(nt),
+            1,
         )
     }
 
