@@ -912,14 +912,10 @@ pub(super) fn qgemv(
     {
         (wptr, suffix) = (p[0], kernels::Q8_REGROUPED);
     }
-    // (source, kernel, weight rows per block, threads): the matrix-core tile where enabled, else
+    // (source, kernel, weight rows per block, threads, grid rows): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
     let (source, name, rows_per_block, threads, grid_y) = match be.qmma_tile(n, suffix) {
-        Some(nt) => {
-            let (name, rows, threads, gy) =
-                be.mma_launch("qmma", suffix, nt, n, env.graph.rows_match_decode);
-            ("qmma", name, rows, threads, gy)
-        }
+        Some(nt) => be.mma_launch("qmma", suffix, nt, n, env.graph.rows_match_decode),
         None => {
             let nt = kernels::qgemv_tile(n);
             let (name, rows) = match (be.q1_variant(n, false, m, suffix), qgemv_wide(be, nt)) {

@@ -594,8 +594,8 @@ impl HipBackend {
     }
 
     /// The matrix-core launch of `kind` (`qmma`, `qmma4`, `qmma_glu`) for `n` input rows at
-    /// tile `nt` of `suffix` weights: `(kernel, weight rows per block (output columns for the
-    /// gate/up pair), threads, grid rows)`. The prefill tile where it is on, the graph's rows
+    /// tile `nt` of `suffix` weights: `(source, kernel, weight rows per block (output columns
+    /// for the gate/up pair), threads, grid rows)`. The prefill tile where it is on, the graph's rows
     /// need not equal decode and `n` is past the 16-row tile (a grid row per 64 input rows);
     /// the verify tile otherwise (one grid row: its blocks loop over the inputs).
     fn mma_launch(
@@ -605,7 +605,7 @@ impl HipBackend {
         nt: u32,
         n: usize,
         decode_rows: bool,
-    ) -> (String, u64, u32, u32) {
+    ) -> (&'static str, String, u64, u32, u32) {
         let per_warp = if kind == "qmma_glu" {
             kernels::QMMA_GLU_COLS
         } else {
@@ -614,6 +614,7 @@ impl HipBackend {
         if self.qmmp && self.qmma_frag() && !decode_rows && n > 32 {
             let k = kind.replacen("qmma", "qmmp", 1);
             return (
+                "qmma",
                 format!("{k}_{suffix}"),
                 u64::from(per_warp * kernels::QMMP_WARPS),
                 32 * kernels::QMMP_WARPS,
@@ -621,6 +622,7 @@ impl HipBackend {
             );
         }
         (
+            "qmma",
             self.qmma_kernel(kind, suffix, nt),
             u64::from(per_warp),
             self.qmma_threads(nt),
