@@ -289,8 +289,15 @@ DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, cons
         // Scores of (query lane / NC_CH, key c·NC_CH + lane % NC_CH), masked and scaled.
         float s[KC / NC_CH];
         float tmax = -__builtin_inff();
+        // Keys of this tile in the split: the last tile of a split is often short (a split of 33
+        // keys is one full tile and one key), and chunks past the end are skipped, not scored.
+        const u32 kn = j1 - jt < KC ? j1 - jt : KC;
 #pragma unroll
         for (u32 c = 0; c < KC / NC_CH; ++c) {
+            if (c * NC_CH >= kn) {  // uniform over the block
+                s[c] = -__builtin_inff();
+                continue;
+            }
             float v[WARP];
 #pragma unroll
             for (u32 kk = 0; kk < NC_CH; ++kk) {
@@ -334,7 +341,7 @@ DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, cons
 #pragma unroll
             for (u32 r = 0; r < HDL; ++r) acc[i][r] *= cr[i];
 #pragma unroll 4
-        for (u32 kk = 0; kk < KC; ++kk) {
+        for (u32 kk = 0; kk < kn; ++kk) {
             const f32x4 p4 = pw[w][kk];
             const float pk[4] = {p4.x, p4.y, p4.z, p4.w};
 #pragma unroll
