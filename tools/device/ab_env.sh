@@ -9,6 +9,8 @@
 # wider: -n 8); REPEAT (default 3) the rounds; BACKEND (default hip:cuda) the backend, e.g. wgpu. Use it for switches read at backend creation (DELTASPEC_HIP_*); a
 # change that needs another build goes through tools/device/ab.sh instead. Session 13 measured the
 # 1-row defaults and DELTASPEC_HIP_QMMA_PERSIST / DELTASPEC_HIP_NORM_Q8 this way (docs/perf.md).
+# DRAFT=d.gguf times the drafter step instead (`bench draft -n N`, its step, ratio and weights
+# lines), e.g. DRAFT=d2.gguf ... "-" "DELTASPEC_HIP_QMMK=1" for the small fold tile.
 set -u
 bin="$1"
 model="$2"
@@ -21,6 +23,12 @@ for ((i = 0; i < repeat; i++)); do
     for cfg in "$@"; do
         settings=()
         [ "$cfg" != "-" ] && read -r -a settings <<<"$cfg"
+        if [ -n "${DRAFT:-}" ]; then
+            env "${settings[@]}" timeout --kill-after=5 120 "$bin" bench draft --model "$model" \
+                --draft "$DRAFT" --backend "$backend" -n "${N:-16}" 2>&1 |
+                grep -E "step|ratio|weights" | sed "s/^/[$cfg draft] /"
+            continue
+        fi
         for r in $rows; do
             n="$n1"
             [ "$r" != 1 ] && n=8
