@@ -93,6 +93,7 @@ fn main() {
         Ok(c) => c,
         Err(reason) => {
             write_table(&out_dir, &[], Some(&reason), "");
+            watch_for_clang();
             return;
         }
     };
@@ -260,6 +261,24 @@ fn find_clang() -> Result<(String, String), String> {
         "no clang >= {MIN_CLANG} found at build time ({}); install clang-19 and lld-19 and rebuild",
         tried.join("; ")
     ))
+}
+
+/// Without a clang, reruns this script when one may have been installed since: the folders
+/// the candidates live in change their mtime when a package adds a binary (watching a missing
+/// path instead would rerun the script, and rebuild the crate, on every build). Without this, a
+/// build made before `apt-get install clang-19` kept reporting "no GPU kernels are embedded"
+/// until build.rs itself changed.
+fn watch_for_clang() {
+    let mut dirs: Vec<PathBuf> = ["/usr/bin", "/usr/local/bin", "/opt/rocm/llvm/bin", "/opt"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    if let Ok(c) = env::var("DELTASPEC_CLANG") {
+        dirs.extend(Path::new(&c).parent().map(Path::to_path_buf));
+    }
+    for d in dirs.iter().filter(|d| d.is_dir()) {
+        println!("cargo:rerun-if-changed={}", d.display());
+    }
 }
 
 /// The major version in `clang --version` output ("Debian clang version 19.1.7 ...",
