@@ -526,7 +526,7 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
     qmma<P, TG, false, U, XF, PF, H, NW>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
 
-// The prefill tile (`qmmp*`, `DELTASPEC_HIP_QMMP=1`): for graphs whose rows are not compared
+// The prefill tile (`qmmp*`, default; `DELTASPEC_HIP_QMMP=0` turns it off): for graphs whose rows are not compared
 // with 1-row decode (Graph::rows_match_decode off: prompts), so the items may be summed in any
 // fixed order. The verify tile above pays for the dp4a kernel's order at every width: 32
 // residue partials per output split over a block's warps, a cross-warp butterfly per group of
@@ -640,7 +640,7 @@ DEV void qmmp_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
     }
 DS_FOR_EACH_FTYPE(DS_QMMP_TYPE)
 
-// The small fold tile (`qmmk*`, `DELTASPEC_HIP_QMMK=1`): qmmp's order-free sum for graphs
+// The small fold tile (`qmmk*`, `DELTASPEC_HIP_QMMK=1`; off: slower on the H100): qmmp's order-free sum for graphs
 // whose rows are not compared with decode (the drafters' 8-row blocks and their 7-row lm_head,
 // short prompt chunks) at 5 to 32 input rows. qmmp's one-warp-per-16-rows layout leaves a
 // K = 17408 projection of 5120 rows with 320 warps for the whole GPU; here the block's QMK_NW

@@ -208,6 +208,7 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
                 return;
             };
             mma.set_qgemv_mma(true);
+            mma.set_qmmp(false); // 33 rows: the verify tile, not the prefill tile's order
             dp4a.set_qgemv_mma(false);
             let count = mma.launch_counter();
             let mma_on = mma.matrix_cores();

@@ -220,14 +220,17 @@ pub struct HipBackend {
     /// of K for its own 16 weight rows into one accumulator per output, 64 input rows a pass,
     /// instead of the verify tile's residue partials and cross-warp butterflies. Its results
     /// differ from the verify tile's in the last bits (another summation order), so verify
-    /// graphs never take it. `DELTASPEC_HIP_QMMP=1`; off until measured on a GPU.
+    /// graphs never take it. On by default (H100, session 21, 27B IQ4_XS: pp512 2088 tok/s
+    /// against 1622 on the verify tile, pp2048 1834 against 1461); `DELTASPEC_HIP_QMMP=0`
+    /// turns it off.
     qmmp: bool,
     /// The small fold tile (`qmmk*` in `hip/qmma.hip`) for int8 matmuls over 5 to 32 input rows
     /// in graphs whose rows are not compared with decode (the drafters' blocks and lm_head, short
     /// prompt chunks): a block's warps share its 16 weight rows, split K and fold every item
     /// into one accumulator per output, added across the warps once at the end. Results differ
-    /// from the verify tile's in the last bits, as qmmp's. `DELTASPEC_HIP_QMMK=1`; off until
-    /// measured on a GPU.
+    /// from the verify tile's in the last bits, as qmmp's. `DELTASPEC_HIP_QMMK=1`; off: on the
+    /// H100 (session 21) the IQ4_XS DFlash2 drafter step took 2.070 / 2.074 ms with it against
+    /// 1.996 / 1.966 without, and the chain 2.75 × against 2.83 ×.
     qmmk: bool,
     /// Fused dp4a groups at a tile with a wide variant run its fused wide kernels
     /// (`qgemv4_*_8x4`, `qgemv_glu_*_8x4`: the drafters' 8-row q/k/v and gate/up groups) instead
@@ -369,7 +372,7 @@ impl HipBackend {
                 .ok()
                 .map(|v| v.split(',').map(|t| t.trim().to_string()).collect()),
             qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").map_or(true, |v| v != "0"),
-            qmmp: std::env::var("DELTASPEC_HIP_QMMP").is_ok_and(|v| v == "1"),
+            qmmp: std::env::var("DELTASPEC_HIP_QMMP").map_or(true, |v| v != "0"),
             qmmk: std::env::var("DELTASPEC_HIP_QMMK").is_ok_and(|v| v == "1"),
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
