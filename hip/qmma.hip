@@ -526,12 +526,12 @@ DEV void qmma_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
     qmma<P, TG, false, U, XF, PF, H, NW>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
 }
 
-// The prefill tile (`qmmp*`, default; `DELTASPEC_HIP_QMMP=0` turns it off): for graphs whose rows are not compared
-// with 1-row decode (Graph::rows_match_decode off: prompts), so the items may be summed in any
-// fixed order. The verify tile above pays for the dp4a kernel's order at every width: 32
-// residue partials per output split over a block's warps, a cross-warp butterfly per group of
-// 8·TG input rows, and at 32 rows and more a loop over such groups. Here each warp owns its own
-// 16 weight rows (NW warps: 16·NW rows per block, which share the activations through L1) and
+// The prefill tile (`qmmp*`; on by default, `DELTASPEC_HIP_QMMP=0` turns it off): for graphs
+// whose rows are not compared with 1-row decode (Graph::rows_match_decode off: prompts), so the
+// items may be summed in any fixed order. The verify tile above pays for the dp4a kernel's
+// order at every width: 32 residue partials per output split over a block's warps, a cross-warp
+// butterfly per group of 8·TG input rows, and at 32 rows and more a loop over such groups. Here
+// each warp owns its own 16 weight rows (NW warps: 16·NW rows per block, which share the activations through L1) and
 // walks every item of its rows into one accumulator per output (qmma_chunk's FOLD), 64 input
 // rows (TG = 8) per pass: no shared memory, no barrier, 32 accumulators per lane, and each
 // weight fragment decoded once per 64 inputs instead of once per 8-32. S items are loaded
@@ -560,40 +560,38 @@ DEV void qmmp(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     // ceil(N / 64) of them): with every pass in one block, a K = 17408 projection of 5120 rows
     // had only 80 blocks for 132 SMs (H100, pp512: that down projection took 121 ms, gate/up
     // with twice its bytes 109 ms).
-    {
-        const u32 n0 = 8 * TG * bid_y();
-        if (n0 >= N) return;
-        QmGroup grp[TG];
+    const u32 n0 = 8 * TG * bid_y();
+    if (n0 >= N) return;
+    QmGroup grp[TG];
 #pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg) {
-            // Groups past the last one repeat it; their results are dropped.
-            const u32 gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
-            grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
-            grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
-            grp[tg].xc = 0;
-        }
-        float acc[1][TG][4];
+    for (u32 tg = 0; tg < TG; ++tg) {
+        // Groups past the last one repeat it; their results are dropped.
+        const u32 gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
+        grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
+        grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
+        grp[tg].xc = 0;
+    }
+    float acc[1][TG][4];
 #pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg)
+    for (u32 tg = 0; tg < TG; ++tg)
 #pragma unroll
-            for (u32 o = 0; o < 4; ++o) acc[0][tg][o] = 0.0f;
-        u32 sb = 0;
-        for (; sb + S <= nb; sb += S) {
-            qmma_chunk<P, TG, S, false, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
-        }
-        if (sb < nb) qmma_chunk<P, TG, S, true, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+        for (u32 o = 0; o < 4; ++o) acc[0][tg][o] = 0.0f;
+    u32 sb = 0;
+    for (; sb + S <= nb; sb += S) {
+        qmma_chunk<P, TG, S, false, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
+    }
+    if (sb < nb) qmma_chunk<P, TG, S, true, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
 #pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg) {
-            const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
-            if constexpr (GLU) {
-                if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
-                if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
-            } else {
-                if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
-                if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
-                if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
-                if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
-            }
+    for (u32 tg = 0; tg < TG; ++tg) {
+        const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
+        if constexpr (GLU) {
+            if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
+            if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
+        } else {
+            if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
+            if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
+            if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
+            if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
         }
     }
 }
@@ -639,125 +637,6 @@ DEV void qmmp_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 
         qmmp<P, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                                \
     }
 DS_FOR_EACH_FTYPE(DS_QMMP_TYPE)
-
-// The small fold tile (`qmmk*`, `DELTASPEC_HIP_QMMK=1`; off: slower on the H100): qmmp's order-free sum for graphs
-// whose rows are not compared with decode (the drafters' 8-row blocks and their 7-row lm_head,
-// short prompt chunks) at 5 to 32 input rows. qmmp's one-warp-per-16-rows layout leaves a
-// K = 17408 projection of 5120 rows with 320 warps for the whole GPU; here the block's QMK_NW
-// warps share its 16 weight rows and split K (warp w takes the S-item chunks w, w + NW, ...,
-// so the block streams each row front to back together), fold every item into one accumulator
-// per output, and add their NW partials once at the end through shared memory in warp order
-// (a fixed order: the same bits every run). 8·TG input rows per grid row (bid_y).
-constexpr u32 QMK_NW = 8;  // warps per block (mirrored by kernels::QMMK_WARPS)
-constexpr u32 QMK_S = 4;   // items per step and warp
-
-template <class P, bool GLU, u32 TG>
-DEV void qmmk(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
-              const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
-              u32 M, u64 row_bytes, u32 rb_block) {
-    constexpr u32 S = QMK_S, NW = QMK_NW;
-    __shared__ float red[NW - 1][TG][4][WARP];
-    const u32 lane = lane_id(), w = tid_x() / WARP;
-    const u32 g = lane / 4, t = lane % 4;
-    const u32 m0 = rb_block * (GLU ? QM_ROWS / 2 : QM_ROWS);
-    const u32 n0 = 8 * TG * bid_y();
-    grid_begin();
-    if (m0 >= M || n0 >= N) return;  // the whole block, before its only barrier
-    const u32 nb = K / 32;
-    const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
-    const u8* wa = W + (u64)(ra < M ? ra : M - 1) * row_bytes;
-    const u8* wb = (GLU ? WU : W) + (u64)(rb < M ? rb : M - 1) * row_bytes;
-    const u32 gl = (N - 1) / 8;  // the last group of 8 input rows
-    QmGroup grp[TG];
-#pragma unroll
-    for (u32 tg = 0; tg < TG; ++tg) {
-        // Groups past the last one repeat it; their results are dropped.
-        const u32 gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
-        grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
-        grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
-        grp[tg].xc = 0;
-    }
-    float acc[1][TG][4];
-#pragma unroll
-    for (u32 tg = 0; tg < TG; ++tg)
-#pragma unroll
-        for (u32 o = 0; o < 4; ++o) acc[0][tg][o] = 0.0f;
-    u32 sb = w * S;
-    for (; sb + S <= nb; sb += NW * S) {
-        qmma_chunk<P, TG, S, false, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
-    }
-    if (sb < nb) qmma_chunk<P, TG, S, true, false, true, true, true>(wa, wb, grp, XD, XS, nb, sb, t, acc);
-    if (w > 0) {
-#pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (u32 o = 0; o < 4; ++o) red[w - 1][tg][o][lane] = acc[0][tg][o];
-    }
-    sync_block();
-    if (w != 0) return;  // no barrier follows
-#pragma unroll
-    for (u32 i = 0; i < NW - 1; ++i)
-#pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (u32 o = 0; o < 4; ++o) acc[0][tg][o] += red[i][tg][o][lane];
-#pragma unroll
-    for (u32 tg = 0; tg < TG; ++tg) {
-        const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
-        if constexpr (GLU) {
-            if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
-            if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
-        } else {
-            if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
-            if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
-            if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
-            if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
-        }
-    }
-}
-
-// Up to four matmuls of one quantized input in one launch, blocks dealt as in qmma_seg (each
-// block the 16 weight rows of one segment).
-template <class P, u32 TG>
-DEV void qmmk_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
-                  u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
-                  u32 K, u64 row_bytes) {
-    u32 b = bid_x();
-    const u8* W = W0;
-    float* Y = Y0;
-    u32 M = M0;
-    const u32 b0 = (M0 + QM_ROWS - 1) / QM_ROWS, b1 = (M1 + QM_ROWS - 1) / QM_ROWS, b2 = (M2 + QM_ROWS - 1) / QM_ROWS;
-    if (b >= b0) {
-        b -= b0, W = W1, Y = Y1, M = M1;
-        if (b >= b1) {
-            b -= b1, W = W2, Y = Y2, M = M2;
-            if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
-        }
-    }
-    qmmk<P, false, TG>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b);
-}
-
-// qmmk_<type>_<nt>, qmmk4_<type>_<nt> and qmmk_glu_<type>_<nt> (nt = 8·TG input rows per grid
-// row): the arguments of the qmma kernels.
-#define DS_QMMK_NT(name, P, TG, NT)                                                                       \
-    QM_KERNEL(QMK_NW, 1)                                                                                  \
-    qmmk_##name##_##NT(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, u32 K, \
-                       u32 M, u64 row_bytes) {                                                            \
-        qmmk<P, false, TG>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                       \
-    }                                                                                                     \
-    QM_KERNEL(QMK_NW, 1)                                                                                  \
-    qmmk4_##name##_##NT(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,   \
-                        float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, \
-                        const float* XS, u32 N, u32 K, u64 row_bytes) {                                   \
-        qmmk_seg<P, TG>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes);       \
-    }                                                                                                     \
-    QM_KERNEL(QMK_NW, 1)                                                                                  \
-    qmmk_glu_##name##_##NT(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS,      \
-                           float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                                \
-        qmmk<P, true, TG>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes, bid_x());                            \
-    }
-#define DS_QMMK_TYPE(name, P) DS_QMMK_NT(name, P, 1, 8) DS_QMMK_NT(name, P, 2, 16)
-DS_FOR_EACH_FTYPE(DS_QMMK_TYPE)
 
 // Chunks of L2 prefetch distance in the `p` kernels (16 rows × 544 bytes per IQ4_XS chunk: 8 chunks
 // are ~70 KB ahead per block, about the bytes one SM must have in flight for its share of 4.3 TB/s

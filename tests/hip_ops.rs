@@ -314,41 +314,20 @@ fn matmul_int8_prefill_tile_matches_the_quantized_reference() {
     // accumulator per output over all of K, 64 input rows a pass, 64 weight rows a block. Inputs
     // past one pass and not a multiple of 8 (33, 70), weight rows past one block and not a
     // multiple of 16 (37, 130), against the CPU on the same int8-rounded inputs.
-    order_free_tile_vs_cpu("matmul_int8_prefill", "prefill tile", &[33, 70], |g| {
-        g.set_qmmp(true)
-    });
-}
-
-#[test]
-fn matmul_int8_small_fold_tile_matches_the_quantized_reference() {
-    // The small fold tile (`qmmk*`): a block's 8 warps split K over its 16 weight rows. Both
-    // input tiles (8 and 16 rows), partial and several grid rows (5, 8, 13, 17, 32), weight
-    // rows not a multiple of 16 (37, 130).
-    order_free_tile_vs_cpu(
-        "matmul_int8_small_fold",
-        "small fold tile",
-        &[5, 8, 13, 17, 32],
-        |g| g.set_qmmk(true),
-    );
-}
-
-/// Every int8 weight type through a tile `set` turns on (where the GPU has it), for each of
-/// `ns` input rows, against the CPU on the same int8-rounded inputs.
-fn order_free_tile_vs_cpu(test: &str, label: &str, ns: &[usize], set: fn(&mut HipBackend)) {
     for &dtype in INT8_TYPES {
         for k in ks(dtype) {
             for m in [37, 130] {
                 let mut rng = Rng::new(k as u64 * 11 + m as u64);
                 let w = store(vec![("w", weight(&mut rng, dtype, &[m, k], 0.5))]);
-                let Some(mut p) = Pair::with(test, &w, &[], |g| {
+                let Some(mut p) = Pair::with("matmul_int8_prefill", &w, &[], |g| {
                     g.set_int8_matmul(true);
                     g.set_qmma_skip(Some(Vec::new()));
-                    set(g);
+                    g.set_qmmp(true);
                 }) else {
                     return;
                 };
-                for &n in ns {
-                    int8_matmul_vs_cpu(&mut p, &mut rng, label, dtype, n, k, m);
+                for n in [33, 70] {
+                    int8_matmul_vs_cpu(&mut p, &mut rng, "prefill tile", dtype, n, k, m);
                 }
             }
         }
@@ -1203,43 +1182,29 @@ fn tiny_q8_0_model_with_int8_activations_stays_close_to_cpu() {
 
 #[test]
 fn tiny_model_prompt_on_the_prefill_tile() {
-    // A 70-token prompt on the prefill tile (`qmmp*`, also its fused gate/up and grouped
-    // launches): past the 32-row tile.
-    prompt_on_an_order_free_tile("prefill", 70, |g, on| g.set_qmmp(on));
-}
-
-#[test]
-fn tiny_model_prompt_on_the_small_fold_tile() {
-    // A 21-token prompt on the small fold tile (`qmmk*`): two grid rows of its 16-row tile, the
-    // second partly empty.
-    prompt_on_an_order_free_tile("small fold", 21, |g, on| g.set_qmmk(on));
-}
-
-/// A `len`-token prompt (last-row logits: its rows are not compared with decode) with the tile
-/// `set` turns on against the verify tile on the same int8 inputs (only the summation order
-/// differs) and against the CPU.
-fn prompt_on_an_order_free_tile(name: &str, len: u32, set: fn(&mut HipBackend, bool)) {
+    // A 70-token prompt (last-row logits: its rows are not compared with decode) with the
+    // prefill tile (`qmmp*`, also its fused gate/up and grouped launches) against the verify
+    // tile on the same int8 inputs (only the summation order differs) and against the CPU.
     use deltaspec::model::Session;
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-ops-{}", std::process::id()));
-    let file = format!("tiny-q8_0-prompt-{len}.gguf");
-    let model = common::tiny_q8_0(&dir, &file);
+    let model = common::tiny_q8_0(&dir, "tiny-q8_0-prefill.gguf");
     let opts = GraphOptions {
         logits: LogitRows::Last,
         argmax: true,
         capture: vec![1, 3],
         read_logits: true,
     };
-    let prompt: Vec<u32> = (0..len)
+    let prompt: Vec<u32> = (0..70)
         .map(|i| (i * 37 + 3) % model.cfg.vocab as u32)
         .collect();
     let mut outs = Vec::new();
-    for on in [false, true] {
-        let Some(mut g) = gpu("tiny_model_prompt_tile") else {
+    for qmmp in [false, true] {
+        let Some(mut g) = gpu("tiny_model_prefill") else {
             return;
         };
         g.set_int8_matmul(true);
-        set(&mut g, on);
+        g.set_qmmp(qmmp);
         let mut be: Box<dyn Backend> = Box::new(g);
         let mut s = Session::new(&model, be.as_mut(), 128).unwrap();
         outs.push(s.forward(&prompt, &opts).unwrap());
@@ -1249,27 +1214,26 @@ fn prompt_on_an_order_free_tile(name: &str, len: u32, set: fn(&mut HipBackend, b
     let c = sc.forward(&prompt, &opts).unwrap();
     // Another summation order moves a matmul output by an ulp or so, which can flip the int8
     // rounding of a value the next matmul reads (a step of 1/127 of its block's largest): the
-    // emulator measured 3.0e-4 on the logits of the 70-token prompt, far inside the int8
-    // path's 5e-2 to the CPU.
-    let (tile, ours) = (&outs[0], &outs[1]);
-    let e = rel_err(&ours.logits, &tile.logits);
+    // emulator measured 3.0e-4 on the logits, far inside the int8 path's 5e-2 to the CPU.
+    let (tile, pf) = (&outs[0], &outs[1]);
+    let e = rel_err(&pf.logits, &tile.logits);
     assert!(
         e <= 2e-3,
-        "{name} tile vs verify tile: logits relative error {e:.3e}"
+        "prefill tile vs verify tile: logits relative error {e:.3e}"
     );
-    for ((l, a), (_, b)) in ours.hidden.iter().zip(&tile.hidden) {
+    for ((l, a), (_, b)) in pf.hidden.iter().zip(&tile.hidden) {
         let e = rel_err(a, b);
         assert!(
             e <= 2e-3,
-            "{name} tile vs verify tile: hidden.{l} relative error {e:.3e}"
+            "prefill tile vs verify tile: hidden.{l} relative error {e:.3e}"
         );
     }
-    let e = rel_err(&ours.logits, &c.logits);
+    let e = rel_err(&pf.logits, &c.logits);
     assert!(
         e <= 5e-2,
-        "{name} tile vs CPU: logits relative error {e:.3e}"
+        "prefill tile vs CPU: logits relative error {e:.3e}"
     );
-    let _ = std::fs::remove_file(dir.join(file));
+    let _ = std::fs::remove_file(dir.join("tiny-q8_0-prefill.gguf"));
 }
 
 fn tiny_model(int8: bool, tol: f64) {

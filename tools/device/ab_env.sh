@@ -10,7 +10,7 @@
 # change that needs another build goes through tools/device/ab.sh instead. Session 13 measured the
 # 1-row defaults and DELTASPEC_HIP_QMMA_PERSIST / DELTASPEC_HIP_NORM_Q8 this way (docs/perf.md).
 # DRAFT=d.gguf times the drafter step instead (`bench draft -n N`, its step, ratio and weights
-# lines), e.g. DRAFT=d2.gguf ... "-" "DELTASPEC_HIP_QMMK=1" for the small fold tile.
+# lines), e.g. DRAFT=d2.gguf ... "-" "DELTASPEC_HIP_FUSED_WIDE=1".
 set -u
 bin="$1"
 model="$2"

@@ -203,11 +203,6 @@ pub const QMMP_WARPS: u32 = 4;
 /// Input rows one `qmmp*` block computes (`8 · QMP_TG` in `hip/qmma.hip`): the grid has a row
 /// of blocks per such pass.
 pub const QMMP_ROWS_IN: usize = 64;
-/// Warps of a `qmmk*` block (`QMK_NW` in `hip/qmma.hip`): they share its 16 weight rows (8
-/// gate/up columns for `qmmk_glu_*`) and split K.
-pub const QMMK_WARPS: u32 = 8;
-/// Input-row tiles of the small fold tile `qmmk*_<type>_<nt>`: a grid row per `nt` inputs.
-pub const QMMK_TILES: &[u32] = &[8, 16];
 /// Weight rows one `qmma_*` block computes (`QM_ROWS` in `hip/qmma.hip`): one mma tile of 16
 /// rows, whose 32 residues of items its warps split (see the file's header).
 pub const QMMA_ROWS: u32 = 16;
@@ -271,7 +266,6 @@ pub fn ptx_only(name: &str) -> bool {
     };
     name.starts_with("qmma")
         || name.starts_with("qmmp")
-        || name.starts_with("qmmk")
         || name.starts_with("qgemv") && q1(name)
         || name.starts_with("qgemv")
             && QGEMV_WIDE
@@ -397,11 +391,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         if *ty != Q8_REGROUPED {
             for kind in ["qmmp", "qmmp4", "qmmp_glu"] {
                 v.push(("qmma", format!("{kind}_{ty}")));
-            }
-            for nt in QMMK_TILES {
-                for kind in ["qmmk", "qmmk4", "qmmk_glu"] {
-                    v.push(("qmma", format!("{kind}_{ty}_{nt}")));
-                }
             }
         }
     }

@@ -224,14 +224,6 @@ pub struct HipBackend {
     /// against 1622 on the verify tile, pp2048 1834 against 1461); `DELTASPEC_HIP_QMMP=0`
     /// turns it off.
     qmmp: bool,
-    /// The small fold tile (`qmmk*` in `hip/qmma.hip`) for int8 matmuls over 5 to 32 input rows
-    /// in graphs whose rows are not compared with decode (the drafters' blocks and lm_head, short
-    /// prompt chunks): a block's warps share its 16 weight rows, split K and fold every item
-    /// into one accumulator per output, added across the warps once at the end. Results differ
-    /// from the verify tile's in the last bits, as qmmp's. `DELTASPEC_HIP_QMMK=1`; off: on the
-    /// H100 (session 21) the IQ4_XS DFlash2 drafter step took 2.070 / 2.074 ms with it against
-    /// 1.996 / 1.966 without, and the chain 2.75 × against 2.83 ×.
-    qmmk: bool,
     /// Fused dp4a groups at a tile with a wide variant run its fused wide kernels
     /// (`qgemv4_*_8x4`, `qgemv_glu_*_8x4`: the drafters' 8-row q/k/v and gate/up groups) instead
     /// of the 2-row ones; bit-identical either way. Off by default until measured on the H200:
@@ -373,7 +365,6 @@ impl HipBackend {
                 .map(|v| v.split(',').map(|t| t.trim().to_string()).collect()),
             qmma_xlayout: std::env::var("DELTASPEC_HIP_QMMA_XLAYOUT").map_or(true, |v| v != "0"),
             qmmp: std::env::var("DELTASPEC_HIP_QMMP").map_or(true, |v| v != "0"),
-            qmmk: std::env::var("DELTASPEC_HIP_QMMK").is_ok_and(|v| v == "1"),
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
             qmma_v2: std::env::var("DELTASPEC_HIP_QMMA_V2")
@@ -604,18 +595,11 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
-    /// The small fold tile on or off (see the field); drops compiled graphs.
-    pub fn set_qmmk(&mut self, on: bool) {
-        self.qmmk = on;
-        self.drop_graphs(|_| true);
-    }
-
     /// The matrix-core launch of `kind` (`qmma`, `qmma4`, `qmma_glu`) for `n` input rows at
     /// tile `nt` of `suffix` weights: `(source, kernel, weight rows per block (output columns
-    /// for the gate/up pair), threads, grid rows)`. Where the graph's rows need not equal decode:
-    /// the prefill tile where it is on and `n` is past the 32-row tile (a grid row per 64 input
-    /// rows), the small fold tile where it is on and `n` is at most 32 (a grid row per 8 or 16);
-    /// the verify tile otherwise (one grid row: its blocks loop over the inputs).
+    /// for the gate/up pair), threads, grid rows)`. The prefill tile where it is on, the graph's
+    /// rows need not equal decode and `n` is past the 32-row tile (a grid row per 64 input
+    /// rows); the verify tile otherwise (one grid row: its blocks loop over the inputs).
     fn mma_launch(
         &self,
         kind: &str,
@@ -637,17 +621,6 @@ impl HipBackend {
                 u64::from(per_warp * kernels::QMMP_WARPS),
                 32 * kernels::QMMP_WARPS,
                 n.div_ceil(kernels::QMMP_ROWS_IN) as u32,
-            );
-        }
-        if self.qmmk && self.qmma_frag() && !decode_rows && n <= 32 {
-            let k = kind.replacen("qmma", "qmmk", 1);
-            let tile = if n <= 8 { 8 } else { 16 };
-            return (
-                "qmma",
-                format!("{k}_{suffix}_{tile}"),
-                u64::from(per_warp),
-                32 * kernels::QMMK_WARPS,
-                n.div_ceil(tile) as u32,
             );
         }
         (
