@@ -17,6 +17,11 @@
 // five dependent round trips per token: 8.7 µs per decode call on the H200.) Their arithmetic
 // is the generic variant's, in the same order.
 //
+// LOG (graph op GatedDeltaNetLog, register variants only): the step over a chain of verify rows
+// that leaves the state alone and writes row t's inputs [q | k | v | b | a] to log[t] (row width
+// conv_dim + 2·nv). REPLAY (GatedDeltaNetReplay) is the plain step reading those rows back: the
+// step kernels take the row strides of qkv (qs) and of b, a (bs), so they read a log directly.
+//
 // TREE (graph op GatedDeltaNetTree): extra inputs parent [T] and tokens [R, nv, dk, dv]. Row t
 // starts from its parent's state (kept in registers when the parent is row t - 1, else
 // reloaded from tokens[parent], or from the state for parent < 0) and its updated state goes to
@@ -29,12 +34,14 @@ constexpr u32 GDN_MAX_DK = 512;
 struct GdnArgs {
     u32 T, nk, nv, dk, dv, tiled;
     float l2_eps, q_scale;
+    // Row strides (floats) of qkv and of b, a: conv_dim and nv, or a log's row width.
+    u32 qs, bs;
 };
 
 // Loads and L2-normalises q and k of key head kh at token t into shared qn/kn.
 DEV void gdn_load_qk(const float* __restrict__ qkv, u32 t, u32 kh, const GdnArgs& p, float* qn, float* kn) {
-    const u32 key_dim = p.nk * p.dk, conv_dim = 2 * key_dim + p.nv * p.dv;
-    const float* q = qkv + (u64)t * conv_dim + (u64)kh * p.dk;
+    const u32 key_dim = p.nk * p.dk;
+    const float* q = qkv + (u64)t * p.qs + (u64)kh * p.dk;
     const float* k = q + key_dim;
     float sq = 0.0f, sk = 0.0f;
     for (u32 i = lane_id(); i < p.dk; i += WARP) {
@@ -64,17 +71,17 @@ struct GdnTok {
 template <u32 DK>
 DEV GdnTok<DK> gdn_tok(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a, u32 t,
                        u32 h, u32 kh, u32 j, bool active, const GdnArgs& p) {
-    const u32 key_dim = p.nk * DK, conv_dim = 2 * key_dim + p.nv * p.dv;
-    const float* q = qkv + (u64)t * conv_dim + (u64)kh * DK;
+    const u32 key_dim = p.nk * DK;
+    const float* q = qkv + (u64)t * p.qs + (u64)kh * DK;
     GdnTok<DK> x;
 #pragma unroll
     for (u32 m = 0; m < DK / WARP; ++m) {
         x.q[m] = q[lane_id() + m * WARP];
         x.k[m] = q[key_dim + lane_id() + m * WARP];
     }
-    x.v = active ? qkv[(u64)t * conv_dim + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
-    x.b = b[(u64)t * p.nv + h];
-    x.a = a[(u64)t * p.nv + h];
+    x.v = active ? qkv[(u64)t * p.qs + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
+    x.b = b[(u64)t * p.bs + h];
+    x.a = a[(u64)t * p.bs + h];
     return x;
 }
 
@@ -82,10 +89,11 @@ DEV GdnTok<DK> gdn_tok(const float* __restrict__ qkv, const float* __restrict__ 
 // leave no registers for a prefetch on AMD): the state rows of a column are split over SPLIT lanes (R = DK / SPLIT
 // rows each, in registers); lane = part * COLS + column, so the parts of a column are COLS lanes
 // apart and their partial sums combine with xor shuffles.
-template <u32 DK, u32 SPLIT>
+// LOG: the state is only read, and every token's inputs go to `log` (see the top).
+template <u32 DK, u32 SPLIT, bool LOG>
 DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
                   const float* __restrict__ ssm_a, const float* __restrict__ dt_bias, float* __restrict__ state,
-                  float* __restrict__ out, const GdnArgs& p) {
+                  float* __restrict__ out, float* __restrict__ log, const GdnArgs& p) {
     constexpr u32 COLS = WARP / SPLIT;
     constexpr u32 R = DK / SPLIT;
     constexpr u32 M = DK / WARP;
@@ -103,6 +111,9 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     float* S = state + col;                  // column j: S[i * dv]
     const u32 i0 = part * R;                 // first state row of this lane
     const float sa = ssm_a[h], dtb = dt_bias[h];
+    // LOG: q and k of key head kh are written by one block, its first value head's column 0.
+    [[maybe_unused]] const u32 key_dim = p.nk * DK, conv_dim = 2 * key_dim + p.nv * p.dv;
+    [[maybe_unused]] const bool logs_qk = bid_y() == 0 && h == (p.tiled ? kh : kh * (p.nv / p.nk));
     float s[R];
 #pragma unroll
     for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
@@ -111,6 +122,21 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     for (u32 t = 0; t < p.T; ++t) {
         const GdnTok<DK> x = cur;
         if (t + 1 < p.T) cur = gdn_tok<DK>(qkv, b, a, t + 1, h, kh, j, active, p);
+        if constexpr (LOG) {
+            float* row = log + (u64)t * (conv_dim + 2 * p.nv);
+            if (logs_qk) {
+#pragma unroll
+                for (u32 m = 0; m < DK / WARP; ++m) {
+                    row[kh * DK + lane + m * WARP] = x.q[m];
+                    row[key_dim + kh * DK + lane + m * WARP] = x.k[m];
+                }
+            }
+            if (active && part == 0) row[2 * key_dim + h * p.dv + j] = x.v;
+            if (bid_y() == 0 && lane == 0) {
+                row[conv_dim + h] = x.b;
+                row[conv_dim + p.nv + h] = x.a;
+            }
+        }
         // q, k L2 norms: per lane in increasing i, then over the warp (the generic order).
         float sq = 0.0f, sk = 0.0f;
 #pragma unroll
@@ -155,7 +181,7 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
         for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
         if (active && part == 0) out[((u64)t * p.nv + h) * p.dv + j] = o;
     }
-    if (active) {
+    if (active && !LOG) {
 #pragma unroll
         for (u32 i = 0; i < R; ++i) S[(u64)(i0 + i) * p.dv] = s[i];
     }
@@ -179,7 +205,7 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
     const u32 j = bid_y() * COLS + lane % COLS;
     const bool active = j < p.dv;
     const u32 kh = p.tiled ? h % p.nk : h / (p.nv / p.nk);
-    const u32 key_dim = p.nk * p.dk, conv_dim = 2 * key_dim + p.nv * p.dv;
+    const u32 key_dim = p.nk * p.dk;
     const u64 col = (u64)h * p.dk * p.dv + j;
     const u64 hs = (u64)p.nv * p.dk * p.dv;  // one row of tokens
     float* S = state + col;                    // column j: S[i * dv]
@@ -206,10 +232,10 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
             }
         }
         gdn_load_qk(qkv, t, kh, p, qn, kn);
-        const float beta = ds_sigmoid(b[(u64)t * p.nv + h]);
-        const float g = ssm_a[h] * ds_softplus(a[(u64)t * p.nv + h] + dt_bias[h]);
+        const float beta = ds_sigmoid(b[(u64)t * p.bs + h]);
+        const float g = ssm_a[h] * ds_softplus(a[(u64)t * p.bs + h] + dt_bias[h]);
         const float decay = ds_expf(g);
-        const float v = active ? qkv[(u64)t * conv_dim + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
+        const float v = active ? qkv[(u64)t * p.qs + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
         if constexpr (DK != 0) {
             // All lanes run the shuffles; inactive columns hold zeros.
             float kv = 0.0f;
@@ -268,18 +294,20 @@ template <u32 DK, u32 SPLIT>
 DEV void gdn_step(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias,
                   float* state, float* out, const GdnArgs& p) {
     if constexpr (DK != 0)
-        gdn_regs<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);
+        gdn_regs<DK, SPLIT, false>(qkv, b, a, ssm_a, dt_bias, state, out, nullptr, p);
     else
         gdn<DK, SPLIT, false>(qkv, b, a, ssm_a, dt_bias, state, out, nullptr, nullptr, p);
 }
 
+// The step (also the replay of a log: strides qs, bs), the tree step and, for the register
+// variants, the logging step.
 #define DS_GDN(name, DK, SPLIT)                                                                      \
     KERNEL(GDN_THREADS)                                                                              \
     name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
          float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
-         float q_scale) {                                                                            \
+         float q_scale, u32 qs, u32 bs) {                                                            \
         grid_begin();                                                                                \
-        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
+        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, qs, bs};                          \
         gdn_step<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                               \
     }                                                                                                \
     KERNEL(GDN_THREADS)                                                                              \
@@ -287,10 +315,22 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
                 const float* dt_bias, const i32* parent, float* state, float* tokens, float* out,    \
                 u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {     \
         grid_begin();                                                                                \
-        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale};                                  \
+        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, 2 * nk * dk + nv * dv, nv};       \
         gdn<DK, SPLIT, true>(qkv, b, a, ssm_a, dt_bias, state, out, parent, tokens, p);              \
+    }
+
+#define DS_GDN_LOG(name, DK, SPLIT)                                                                  \
+    KERNEL(GDN_THREADS)                                                                              \
+    name##_log(const float* qkv, const float* b, const float* a, const float* ssm_a,                 \
+               const float* dt_bias, float* state, float* log, float* out, u32 T, u32 nk, u32 nv,    \
+               u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {                             \
+        grid_begin();                                                                                \
+        const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, 2 * nk * dk + nv * dv, nv};       \
+        gdn_regs<DK, SPLIT, true>(qkv, b, a, ssm_a, dt_bias, state, out, log, p);                    \
     }
 
 DS_GDN(gdn_dk64, 64, 2)
 DS_GDN(gdn_dk128, 128, 4)
 DS_GDN(gdn_any, 0, 1)
+DS_GDN_LOG(gdn_dk64, 64, 2)
+DS_GDN_LOG(gdn_dk128, 128, 4)

@@ -20,9 +20,13 @@
 // its updated state goes to Tok[t]; S is only read. A lane reads back only the entries it wrote
 // itself, so rows need no barrier for them.
 //
+// LOG (graph op GatedDeltaNetLog): S is only read, and row t's inputs [q | k | v | b | a] go to
+// Lg[t] (row width conv_dim + 2·nv). The replay of a log (GatedDeltaNetReplay) is the plain step
+// with the log bound as QKV, B and A: params 8-11 give the row strides and the offsets of b, a.
+//
 // Constants: DK (= dk), COLS, SPLIT (power of two dividing DK), R = DK / SPLIT,
 // WG = COLS·SPLIT. Params: 0 T, 1 nk, 2 nv, 3 dk, 4 dv, 5 head map (0 tiled, 1 grouped),
-// 6 l2 eps (f32), 7 q scale (f32).
+// 6 l2 eps (f32), 7 q scale (f32), 8 qkv row stride, 9 b/a row stride, 10 b offset, 11 a offset.
 
 @group(0) @binding(1) var<storage, read> QKV: array<f32>;
 @group(0) @binding(2) var<storage, read> B: array<f32>;
@@ -35,8 +39,14 @@
 @group(0) @binding(8) var<storage, read_write> Tok: array<f32>;
 @group(0) @binding(9) var<storage, read_write> O: array<f32>;
 //#else
+//#if LOG
+@group(0) @binding(6) var<storage, read> S: array<f32>;
+@group(0) @binding(7) var<storage, read_write> Lg: array<f32>;
+@group(0) @binding(8) var<storage, read_write> O: array<f32>;
+//#else
 @group(0) @binding(6) var<storage, read_write> S: array<f32>;
 @group(0) @binding(7) var<storage, read_write> O: array<f32>;
+//#endif
 //#endif
 
 //#dequant SA
@@ -113,7 +123,20 @@ fn main(
         kh = h / (nv / nk);
     }
     let key_dim = nk * DK;
+    let qkv_stride = pu(8u);
+    let ba_stride = pu(9u);
+    let b_off = pu(10u);
+    let a_off = pu(11u);
+//#if LOG
     let conv_dim = 2u * key_dim + nv * dv;
+    let log_row = conv_dim + 2u * nv;
+    // q and k of key head kh are logged by one workgroup: its first value head's column block 0.
+    var first = kh;
+    if pu(5u) == 1u {
+        first = kh * (nv / nk);
+    }
+    let logs_qk = wid.y == 0u && h == first;
+//#endif
     let eps = pf(6u);
     let q_scale = pf(7u);
     let sa = SA_dq1(h);
@@ -147,10 +170,16 @@ fn main(
             }
         }
 //#endif
-        let row = t * conv_dim;
+        let row = t * qkv_stride;
         for (var i = tid; i < DK; i += WG) {
             qs[i] = QKV[row + kh * DK + i];
             ks[i] = QKV[row + key_dim + kh * DK + i];
+//#if LOG
+            if logs_qk {
+                Lg[t * log_row + kh * DK + i] = qs[i];
+                Lg[t * log_row + key_dim + kh * DK + i] = ks[i];
+            }
+//#endif
         }
         workgroupBarrier();
         var sq = vec2(0.0);
@@ -162,8 +191,10 @@ fn main(
         let n2 = col_sum(sq, lane);
         let rq = 1.0 / sqrt(n2.x + eps);
         let rk = 1.0 / sqrt(n2.y + eps);
-        let beta = 1.0 / (1.0 + exp(-B[t * nv + h]));
-        let decay = exp(sa * softplus(A[t * nv + h] + dt));
+        let b_raw = B[b_off + t * ba_stride + h];
+        let a_raw = A[a_off + t * ba_stride + h];
+        let beta = 1.0 / (1.0 + exp(-b_raw));
+        let decay = exp(sa * softplus(a_raw + dt));
         var kv = 0.0;
 //#unroll r R
         s[%{r}] *= decay;
@@ -174,6 +205,15 @@ fn main(
         if live {
             v = QKV[row + 2u * key_dim + h * dv + j];
         }
+//#if LOG
+        if live && part == 0u {
+            Lg[t * log_row + 2u * key_dim + h * dv + j] = v;
+        }
+        if wid.y == 0u && tid == 0u {
+            Lg[t * log_row + conv_dim + h] = b_raw;
+            Lg[t * log_row + conv_dim + nv + h] = a_raw;
+        }
+//#endif
         let delta = (v - kv) * beta;
         var o = 0.0;
 //#unroll r R
@@ -196,10 +236,12 @@ fn main(
         workgroupBarrier();
     }
 //#if !TREE
+//#if !LOG
     if live {
 //#unroll r R
         S[sbase + %{r}u * rstep] = s[%{r}];
 //#end
     }
+//#endif
 //#endif
 }

@@ -196,6 +196,39 @@ impl GraphBuilder {
             &[qkv, b, a, ssm_a, dt_bias, parent, state, tokens],
         )
     }
+    /// See [`Op::GatedDeltaNetLog`]; `logged` is `(state, log)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net_log(
+        &mut self,
+        p: GdnParams,
+        qkv: TensorId,
+        b: TensorId,
+        a: TensorId,
+        ssm_a: TensorId,
+        dt_bias: TensorId,
+        logged: (TensorId, TensorId),
+    ) -> R<TensorId> {
+        let (state, log) = logged;
+        self.one(
+            Op::GatedDeltaNetLog(p),
+            &[qkv, b, a, ssm_a, dt_bias, state, log],
+        )
+    }
+    /// See [`Op::GatedDeltaNetReplay`].
+    pub fn gated_delta_net_replay(
+        &mut self,
+        p: GdnParams,
+        rows: usize,
+        ssm_a: TensorId,
+        dt_bias: TensorId,
+        state: TensorId,
+        log: TensorId,
+    ) -> R<TensorId> {
+        self.one(
+            Op::GatedDeltaNetReplay { p, rows },
+            &[ssm_a, dt_bias, state, log],
+        )
+    }
     /// See [`Op::AttentionTree`].
     #[allow(clippy::too_many_arguments)]
     pub fn attention_tree(

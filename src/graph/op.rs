@@ -50,6 +50,10 @@ impl GdnParams {
     pub fn conv_dim(&self) -> usize {
         2 * self.key_dim() + self.value_dim()
     }
+    /// Width of one row of a [`Op::GatedDeltaNetLog`] log: `[q | k | v | b | a]`.
+    pub fn log_width(&self) -> usize {
+        self.conv_dim() + 2 * self.nv
+    }
 }
 
 /// Geometry of an attention op.
@@ -104,6 +108,19 @@ pub enum Op {
     /// `tokens[parent[t]]` (or `state` when `parent[t] < 0`), and its updated state is written
     /// to `tokens[t]`; `state` is not modified (see [`Op::ConvTree`]).
     GatedDeltaNetTree(GdnParams),
+    /// [`Op::GatedDeltaNet`] over a chain of T new rows that leaves the state alone and logs
+    /// its inputs instead (speculative verify with factor-replay rollback):
+    /// `qkv`, `b`, `a`, `ssm_a`, `dt_bias`, `state` as there, `log [R, conv_dim + 2·nv]`
+    /// (state, R ≥ T) -> `o [T, nv, dv]`. Row t of the log receives `[qkv_t | b_t | a_t]`;
+    /// `state` is only read. Committing the first n rows is [`Op::GatedDeltaNetReplay`]: the
+    /// log is `conv_dim + 2·nv` floats per row where per-row states are `nv·dk·dv`.
+    GatedDeltaNetLog(GdnParams),
+    /// Advances the state over the first `rows` rows of a [`Op::GatedDeltaNetLog`] log:
+    /// `ssm_a`, `dt_bias` (weights), `state [nv, dk, dv]` (state), `log [R, conv_dim + 2·nv]`
+    /// (state, R ≥ rows) -> `o [rows, nv, dv]` (the rows' outputs again; callers drop them).
+    /// The same arithmetic as [`Op::GatedDeltaNet`] over those inputs, so the state ends
+    /// bit for bit where a step over the same rows would leave it.
+    GatedDeltaNetReplay { p: GdnParams, rows: usize },
     /// `x [.., W]` -> `x[.., offset .. offset + len]` (a contiguous copy).
     SliceLast { offset: usize, len: usize },
     /// `x [N, D]` -> `x[start .. start + len, :]` (a contiguous copy of whole rows).
@@ -183,6 +200,8 @@ impl Op {
             Op::GatedDeltaNet(_) => "gated_delta_net",
             Op::ConvTree => "conv_tree",
             Op::GatedDeltaNetTree(_) => "gated_delta_net_tree",
+            Op::GatedDeltaNetLog(_) => "gated_delta_net_log",
+            Op::GatedDeltaNetReplay { .. } => "gated_delta_net_replay",
             Op::SliceLast { .. } => "slice_last",
             Op::Rows { .. } => "rows",
             Op::Reshape { .. } => "reshape",

@@ -1,6 +1,6 @@
 //! Shape and dtype inference for every op: the single place where an op's contract is checked.
 
-use super::op::Op;
+use super::op::{GdnParams, Op};
 use super::{GraphError, TensorDecl, TensorKind};
 use crate::tensor::DType;
 
@@ -122,6 +122,21 @@ impl<'a> Check<'a> {
         Ok(())
     }
 
+    /// The log of a GatedDeltaNetLog / GatedDeltaNetReplay at `i`: a state
+    /// `[R ≥ t, conv_dim + 2·nv]`.
+    fn log_input(&self, i: usize, t: usize, p: &GdnParams) -> Result<(), GraphError> {
+        let log = self.state(i)?;
+        if log.shape.len() != 2 || log.shape[1] != p.log_width() || log.shape[0] < t {
+            return self.err(format!(
+                "{} has shape {:?}, expected [R ≥ {t}, {}]",
+                log.name,
+                log.shape,
+                p.log_width()
+            ));
+        }
+        Ok(())
+    }
+
     fn nonempty_last(&self, t: &TensorDecl) -> Result<usize, GraphError> {
         match t.shape.last() {
             Some(&d) if d > 0 => Ok(d),
@@ -131,6 +146,17 @@ impl<'a> Check<'a> {
             )),
         }
     }
+}
+
+/// The head counts of a gated-delta-net op: `nv` a positive multiple of `nk`, non-empty heads.
+fn gdn_geometry(c: &Check<'_>, p: &GdnParams) -> Result<(), GraphError> {
+    if p.nk == 0 || p.nv % p.nk != 0 || p.dk == 0 || p.dv == 0 {
+        return c.err(format!(
+            "nv {} must be a positive multiple of nk {}",
+            p.nv, p.nk
+        ));
+    }
+    Ok(())
 }
 
 fn f32_out(shape: Vec<usize>) -> Out {
@@ -224,15 +250,17 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             }
             Ok(f32_out(x.shape.clone()))
         }
-        Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) => {
+        Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) | Op::GatedDeltaNetLog(p) => {
             let tree = matches!(op, Op::GatedDeltaNetTree(_));
-            c.arity(if tree { 8 } else { 6 })?;
-            if p.nk == 0 || p.nv % p.nk != 0 || p.dk == 0 || p.dv == 0 {
-                return c.err(format!(
-                    "nv {} must be a positive multiple of nk {}",
-                    p.nv, p.nk
-                ));
-            }
+            let log = matches!(op, Op::GatedDeltaNetLog(_));
+            c.arity(if tree {
+                8
+            } else if log {
+                7
+            } else {
+                6
+            })?;
+            gdn_geometry(&c, p)?;
             let qkv = c.f32(0)?;
             c.rank(qkv, 2)?;
             let t = qkv.shape[0];
@@ -246,7 +274,22 @@ pub fn infer(op: &Op, ins: &[&TensorDecl]) -> Result<Out, GraphError> {
             if tree {
                 c.tree_inputs(t, 5, 7, &[p.nv, p.dk, p.dv])?;
             }
+            if log {
+                c.log_input(6, t, p)?;
+            }
             Ok(f32_out(vec![t, p.nv, p.dv]))
+        }
+        Op::GatedDeltaNetReplay { p, rows } => {
+            c.arity(4)?;
+            gdn_geometry(&c, p)?;
+            if *rows == 0 {
+                return c.err("a replay needs at least one row");
+            }
+            c.shape_is(c.weight(0)?, &[p.nv])?;
+            c.shape_is(c.weight(1)?, &[p.nv])?;
+            c.shape_is(c.state(2)?, &[p.nv, p.dk, p.dv])?;
+            c.log_input(3, *rows, p)?;
+            Ok(f32_out(vec![*rows, p.nv, p.dv]))
         }
         Op::SliceLast { offset, len } => {
             c.arity(1)?;

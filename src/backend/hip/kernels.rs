@@ -416,6 +416,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         v.push(("gdn", n.into()));
         v.push(("gdn", format!("{n}_tree")));
     }
+    for n in ["gdn_dk64_log", "gdn_dk128_log"] {
+        v.push(("gdn", n.into()));
+    }
     v.push(("attention", "kv_write".into()));
     for h in ATTN_HDL {
         v.push(("attention", format!("attn_hd{h}")));

@@ -152,7 +152,9 @@ pub(super) fn check_supported(be: &HipBackend, g: &Graph) -> Result<(), BackendE
             | Op::ConvStep
             | Op::ConvTree
             | Op::GatedDeltaNet(_)
-            | Op::GatedDeltaNetTree(_) => {
+            | Op::GatedDeltaNetTree(_)
+            | Op::GatedDeltaNetLog(_)
+            | Op::GatedDeltaNetReplay { .. } => {
                 for &p in super::f32_weight_positions(&node.op) {
                     let w = t(p);
                     if w.kind == TensorKind::Weight
@@ -165,10 +167,26 @@ pub(super) fn check_supported(be: &HipBackend, g: &Graph) -> Result<(), BackendE
                         ));
                     }
                 }
-                if let Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) = &node.op
+                if let Op::GatedDeltaNet(p)
+                | Op::GatedDeltaNetTree(p)
+                | Op::GatedDeltaNetReplay { p, .. } = &node.op
                     && p.dk > 512
                 {
                     return Err(unsupported(be, &node.op, format!("dk {} > 512", p.dk)));
+                }
+                // The logging step keeps the state in registers: only the register variants.
+                if let Op::GatedDeltaNetLog(p) = &node.op
+                    && p.dk != 64
+                    && p.dk != 128
+                {
+                    return Err(unsupported(
+                        be,
+                        &node.op,
+                        format!(
+                            "dk {} (the logging step has kernels for dk 64 and 128)",
+                            p.dk
+                        ),
+                    ));
                 }
             }
             Op::Attention(p) | Op::AttentionNonCausal { attn: p, .. } | Op::AttentionTree(p)
@@ -570,25 +588,68 @@ pub(super) fn node(
                 ],
             )
         }
-        Op::GatedDeltaNet(p) | Op::GatedDeltaNetTree(p) => {
-            let tree = matches!(node.op, Op::GatedDeltaNetTree(_));
-            let t = inp(0).shape[0];
+        Op::GatedDeltaNet(p)
+        | Op::GatedDeltaNetTree(p)
+        | Op::GatedDeltaNetLog(p)
+        | Op::GatedDeltaNetReplay { p, .. } => {
             let (name, cols) = match p.dk {
                 64 => ("gdn_dk64", 16),
                 128 => ("gdn_dk128", 8),
                 _ => ("gdn_any", 32),
             };
-            let name = if tree {
-                format!("{name}_tree")
-            } else {
-                name.to_string()
+            let (name, t, mut args) = match &node.op {
+                // The tree kernel takes (parent, state, per-row states) where the step takes
+                // the state; the logging step (state, log).
+                Op::GatedDeltaNetTree(_) => (
+                    format!("{name}_tree"),
+                    inp(0).shape[0],
+                    vec![
+                        p_in(0),
+                        p_in(1),
+                        p_in(2),
+                        p_f32(3),
+                        p_f32(4),
+                        p_in(5),
+                        p_in(6),
+                        p_in(7),
+                    ],
+                ),
+                Op::GatedDeltaNetLog(_) => (
+                    format!("{name}_log"),
+                    inp(0).shape[0],
+                    vec![
+                        p_in(0),
+                        p_in(1),
+                        p_in(2),
+                        p_f32(3),
+                        p_f32(4),
+                        p_in(5),
+                        p_in(6),
+                    ],
+                ),
+                // The replay is the step reading its q, k, v, b, a from the log's rows.
+                Op::GatedDeltaNetReplay { rows, .. } => {
+                    let log = env.ptr(node.inputs[3]);
+                    let cd = p.conv_dim() as DevPtr;
+                    (
+                        name.to_string(),
+                        *rows,
+                        vec![
+                            Arg::P(log),
+                            Arg::P(log + 4 * cd),
+                            Arg::P(log + 4 * (cd + p.nv as DevPtr)),
+                            p_f32(0),
+                            p_f32(1),
+                            p_in(2),
+                        ],
+                    )
+                }
+                _ => (
+                    name.to_string(),
+                    inp(0).shape[0],
+                    vec![p_in(0), p_in(1), p_in(2), p_f32(3), p_f32(4), p_in(5)],
+                ),
             };
-            // The tree kernel takes (parent, state, per-row states) where the step takes the
-            // state.
-            let mut args = vec![p_in(0), p_in(1), p_in(2), p_f32(3), p_f32(4), p_in(5)];
-            if tree {
-                args.extend([p_in(6), p_in(7)]);
-            }
             args.push(p_out(0));
             let q_scale = (1.0 / (p.dk as f64).sqrt()) as f32;
             let tiled = u32::from(p.head_map == HeadMap::Tiled);
@@ -602,6 +663,14 @@ pub(super) fn node(
                 Arg::F32(p.l2_eps),
                 Arg::F32(q_scale),
             ]);
+            // The step's row strides: its own inputs', or the log's.
+            match &node.op {
+                Op::GatedDeltaNet(_) => args.extend([u32_of(p.conv_dim())?, u32_of(p.nv)?]),
+                Op::GatedDeltaNetReplay { .. } => {
+                    args.extend([u32_of(p.log_width())?, u32_of(p.log_width())?])
+                }
+                _ => {}
+            }
             launch(
                 be,
                 "gdn",

@@ -1047,7 +1047,8 @@ fn f32_weight_positions(op: &Op) -> &'static [usize] {
     match op {
         Op::RmsNorm { .. } | Op::ConvStep | Op::ConvTree => &[1],
         Op::AddRmsNorm { .. } | Op::GatedRmsNorm { .. } => &[2],
-        Op::GatedDeltaNet(_) | Op::GatedDeltaNetTree(_) => &[3, 4],
+        Op::GatedDeltaNet(_) | Op::GatedDeltaNetTree(_) | Op::GatedDeltaNetLog(_) => &[3, 4],
+        Op::GatedDeltaNetReplay { .. } => &[0, 1],
         _ => &[],
     }
 }

@@ -491,15 +491,44 @@ impl Ctx<'_> {
                     groups,
                 );
             }
-            Op::GatedDeltaNet(gp) | Op::GatedDeltaNetTree(gp) => {
+            Op::GatedDeltaNet(gp)
+            | Op::GatedDeltaNetTree(gp)
+            | Op::GatedDeltaNetLog(gp)
+            | Op::GatedDeltaNetReplay { p: gp, .. } => {
                 let tree = matches!(op, Op::GatedDeltaNetTree(_));
-                let t = shape(ins[0])[0];
+                let log = matches!(op, Op::GatedDeltaNetLog(_));
+                let t_in = shape(ins[0])[0];
                 let shape = shaders::gdn_shape(gp.dk, gp.dv, self.subgroup_min);
-                let (qkv, b, a) = (self.res(ins[0]), self.res(ins[1]), self.res(ins[2]));
-                let (sa, sat) = self.whole(op, ins[3])?;
-                let (dt, dtt) = self.whole(op, ins[4])?;
-                let mut binds = vec![qkv, b, a, sa, dt];
-                binds.extend(ins[5..].iter().map(|i| self.res(*i)));
+                // The replay is the step with the log bound as q, k, v, b and a; row strides
+                // and the offsets of b and a in a row are params.
+                let (t, mut binds, strides, (sa, sat), (dt, dtt)) =
+                    if let Op::GatedDeltaNetReplay { rows, .. } = op {
+                        let lg = self.res(ins[3]);
+                        let (w, cd) = (u(gp.log_width())?, u(gp.conv_dim())?);
+                        (
+                            *rows,
+                            vec![lg, lg, lg],
+                            [w, w, cd, cd + u(gp.nv)?],
+                            self.whole(op, ins[0])?,
+                            self.whole(op, ins[1])?,
+                        )
+                    } else {
+                        let qkv_b_a = ins[..3].iter().map(|i| self.res(*i)).collect();
+                        (
+                            t_in,
+                            qkv_b_a,
+                            [u(gp.conv_dim())?, u(gp.nv)?, 0, 0],
+                            self.whole(op, ins[3])?,
+                            self.whole(op, ins[4])?,
+                        )
+                    };
+                binds.extend([sa, dt]);
+                let rest = if matches!(op, Op::GatedDeltaNetReplay { .. }) {
+                    &ins[2..3]
+                } else {
+                    &ins[5..]
+                };
+                binds.extend(rest.iter().map(|i| self.res(*i)));
                 binds.push(self.res(outs[0]));
                 let q_scale = (1.0 / (gp.dk as f64).sqrt()) as f32;
                 let map = match gp.head_map {
@@ -507,7 +536,9 @@ impl Ctx<'_> {
                     HeadMap::Grouped => 1,
                 };
                 self.step(
-                    shaders::gdn_key(u(gp.dk)?, shape, sat, dtt).flag_if(tree, "TREE"),
+                    shaders::gdn_key(u(gp.dk)?, shape, sat, dtt)
+                        .flag_if(tree, "TREE")
+                        .flag_if(log, "LOG"),
                     p(&[
                         u(t)?,
                         u(gp.nk)?,
@@ -517,6 +548,10 @@ impl Ctx<'_> {
                         map,
                         gp.l2_eps.to_bits(),
                         q_scale.to_bits(),
+                        strides[0],
+                        strides[1],
+                        strides[2],
+                        strides[3],
                     ]),
                     binds,
                     [u(gp.nv)?, u(gp.dv.div_ceil(shape.cols as usize))?, 1],

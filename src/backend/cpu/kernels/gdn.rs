@@ -188,6 +188,54 @@ pub(super) fn gated_delta_net_tree(
     gather_heads(&outs, dv, out);
 }
 
+/// [`gated_delta_net`] on a copy of `state` (`Op::GatedDeltaNetLog`): the state is left as
+/// it was, and row t of `log [R, conv_dim + 2·nv]` receives `[qkv_t | b_t | a_t]`.
+pub(super) fn gated_delta_net_log(
+    p: &GdnParams,
+    qkv: &[f32],
+    gates: &Gates,
+    state: &[f32],
+    log: &mut [f32],
+    out: &mut [f32],
+) {
+    let (cd, nv) = (p.conv_dim(), p.nv);
+    let mut scratch = state.to_vec();
+    gated_delta_net(p, qkv, gates, &mut scratch, out);
+    let rows = log.chunks_exact_mut(p.log_width());
+    for (t, (row, x)) in rows.zip(qkv.chunks_exact(cd)).enumerate() {
+        row[..cd].copy_from_slice(x);
+        row[cd..cd + nv].copy_from_slice(&gates.b[t * nv..(t + 1) * nv]);
+        row[cd + nv..].copy_from_slice(&gates.a[t * nv..(t + 1) * nv]);
+    }
+}
+
+/// [`gated_delta_net`] over the first `rows` rows of a [`gated_delta_net_log`] log
+/// (`Op::GatedDeltaNetReplay`): the state advances as a step over those inputs would.
+pub(super) fn gated_delta_net_replay(
+    p: &GdnParams,
+    rows: usize,
+    ssm_a: &[f32],
+    dt_bias: &[f32],
+    state: &mut [f32],
+    log: &[f32],
+    out: &mut [f32],
+) {
+    let (cd, nv) = (p.conv_dim(), p.nv);
+    let (mut qkv, mut b, mut a) = (Vec::new(), Vec::new(), Vec::new());
+    for row in log.chunks_exact(p.log_width()).take(rows) {
+        qkv.extend_from_slice(&row[..cd]);
+        b.extend_from_slice(&row[cd..cd + nv]);
+        a.extend_from_slice(&row[cd + nv..]);
+    }
+    let gates = Gates {
+        b: &b,
+        a: &a,
+        ssm_a,
+        dt_bias,
+    };
+    gated_delta_net(p, &qkv, &gates, state, out);
+}
+
 /// `acc[j] = Σ_i s[i][j] · x[i]` for `s [x.len(), acc.len()]`, summed in index order of `i`.
 fn sum_rows_weighted(s: &[f32], x: &[f32], acc: &mut [f32]) {
     acc.fill(0.0);

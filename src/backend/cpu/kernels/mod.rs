@@ -165,6 +165,22 @@ fn tree_states<'s>(
     }
 }
 
+/// The (recurrent state of `len` values, log) pair of a GatedDeltaNetLog / Replay; the log's
+/// rows were checked by the graph.
+fn log_states<'s>(
+    op: &Op,
+    states: &'s mut [&mut [f32]],
+    len: usize,
+) -> Result<(&'s mut [f32], &'s mut [f32]), BackendError> {
+    match states {
+        [s, log] if s.len() == len => Ok((s, log)),
+        _ => Err(internal(
+            op,
+            format!("expects a state of {len} values and its log"),
+        )),
+    }
+}
+
 fn one_state<'s>(
     op: &Op,
     states: &'s mut [&mut [f32]],
@@ -290,6 +306,27 @@ pub fn run_node(
             };
             let o = one_out(op, outs)?;
             gdn::gated_delta_net_tree(p, qkv, &gates, parent, state, tokens, o);
+            Ok(())
+        }
+        Op::GatedDeltaNetLog(p) => {
+            let (qkv, b, a) = (ins.f32(0)?, ins.f32(1)?, ins.f32(2)?);
+            let ssm_a = ins.weight(3)?.to_vec(p.nv)?;
+            let dt_bias = ins.weight(4)?.to_vec(p.nv)?;
+            let (state, log) = log_states(op, states, p.nv * p.dk * p.dv)?;
+            let gates = gdn::Gates {
+                b,
+                a,
+                ssm_a: &ssm_a,
+                dt_bias: &dt_bias,
+            };
+            gdn::gated_delta_net_log(p, qkv, &gates, state, log, one_out(op, outs)?);
+            Ok(())
+        }
+        Op::GatedDeltaNetReplay { p, rows } => {
+            let ssm_a = ins.weight(0)?.to_vec(p.nv)?;
+            let dt_bias = ins.weight(1)?.to_vec(p.nv)?;
+            let (state, log) = log_states(op, states, p.nv * p.dk * p.dv)?;
+            gdn::gated_delta_net_replay(p, *rows, &ssm_a, &dt_bias, state, log, one_out(op, outs)?);
             Ok(())
         }
         Op::GatedDeltaNet(p) => {
