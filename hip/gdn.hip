@@ -17,7 +17,7 @@
 // five dependent round trips per token: 8.7 µs per decode call on the H200.) Their arithmetic
 // is the generic variant's, in the same order.
 //
-// LOG (graph op GatedDeltaNetLog, register variants only): the step over a chain of verify rows
+// LOG (graph op GatedDeltaNetLog; other head sizes up to 128 in gdn_log_any): the step over a chain of verify rows
 // that leaves the state alone and writes row t's inputs [q | k | v | b | a] to log[t] (row width
 // conv_dim + 2·nv). REPLAY (GatedDeltaNetReplay) is the plain step reading those rows back: the
 // step kernels take the row strides of qkv (qs) and of b, a (bs), so they read a log directly.
@@ -289,6 +289,66 @@ DEV void gdn(const float* __restrict__ qkv, const float* __restrict__ b, const f
     }
 }
 
+// The logging step for other head sizes (dk ≤ GDN_LOG_MAX_DK): the generic step's arithmetic,
+// one lane per column, the block's columns kept in shared memory instead of updated in place.
+constexpr u32 GDN_LOG_MAX_DK = 128;
+
+DEV void gdn_log_any(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
+                     const float* __restrict__ ssm_a, const float* __restrict__ dt_bias,
+                     const float* __restrict__ state, float* __restrict__ out, float* __restrict__ log,
+                     const GdnArgs& p) {
+    __shared__ float qn[GDN_LOG_MAX_DK];
+    __shared__ float kn[GDN_LOG_MAX_DK];
+    __shared__ float cols[GDN_LOG_MAX_DK * WARP];
+    const u32 h = bid_x();
+    const u32 lane = lane_id();
+    const u32 j = bid_y() * WARP + lane;
+    const bool active = j < p.dv;
+    const u32 kh = p.tiled ? h % p.nk : h / (p.nv / p.nk);
+    const u32 key_dim = p.nk * p.dk, conv_dim = 2 * key_dim + p.nv * p.dv;
+    const bool logs_qk = bid_y() == 0 && h == (p.tiled ? kh : kh * (p.nv / p.nk));
+    float* S = cols + lane;  // column j: S[i * WARP]
+    if (active)
+        for (u32 i = 0; i < p.dk; ++i) S[i * WARP] = state[(u64)h * p.dk * p.dv + (u64)i * p.dv + j];
+    for (u32 t = 0; t < p.T; ++t) {
+        float* row = log + (u64)t * (conv_dim + 2 * p.nv);
+        if (logs_qk) {
+            const float* q = qkv + (u64)t * p.qs + (u64)kh * p.dk;
+            for (u32 i = lane; i < p.dk; i += WARP) {
+                row[kh * p.dk + i] = q[i];
+                row[key_dim + kh * p.dk + i] = q[key_dim + i];
+            }
+        }
+        gdn_load_qk(qkv, t, kh, p, qn, kn);
+        const float braw = b[(u64)t * p.bs + h], araw = a[(u64)t * p.bs + h];
+        const float beta = ds_sigmoid(braw);
+        const float decay = ds_expf(ssm_a[h] * ds_softplus(araw + dt_bias[h]));
+        const float v = active ? qkv[(u64)t * p.qs + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
+        if (active) row[2 * key_dim + h * p.dv + j] = v;
+        if (bid_y() == 0 && lane == 0) {
+            row[conv_dim + h] = braw;
+            row[conv_dim + p.nv + h] = araw;
+        }
+        if (active) {
+            float kv = 0.0f;
+            for (u32 i = 0; i < p.dk; ++i) {
+                const float x = S[i * WARP] * decay;
+                S[i * WARP] = x;
+                kv += x * kn[i];
+            }
+            const float d = (v - kv) * beta;
+            float o = 0.0f;
+            for (u32 i = 0; i < p.dk; ++i) {
+                const float x = S[i * WARP] + kn[i] * d;
+                S[i * WARP] = x;
+                o += x * qn[i];
+            }
+            out[((u64)t * p.nv + h) * p.dv + j] = o;
+        }
+        sync_block();  // qn/kn are rewritten for the next token
+    }
+}
+
 // The step kernels: gdn_regs for DK != 0, else the generic gdn.
 template <u32 DK, u32 SPLIT>
 DEV void gdn_step(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias,
@@ -326,7 +386,10 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
                u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {                             \
         grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, 2 * nk * dk + nv * dv, nv};       \
-        gdn_regs<DK, SPLIT, true>(qkv, b, a, ssm_a, dt_bias, state, out, log, p);                    \
+        if constexpr (DK != 0)                                                                       \
+            gdn_regs<DK, SPLIT, true>(qkv, b, a, ssm_a, dt_bias, state, out, log, p);                \
+        else                                                                                         \
+            gdn_log_any(qkv, b, a, ssm_a, dt_bias, state, out, log, p);                              \
     }
 
 DS_GDN(gdn_dk64, 64, 2)
@@ -334,3 +397,4 @@ DS_GDN(gdn_dk128, 128, 4)
 DS_GDN(gdn_any, 0, 1)
 DS_GDN_LOG(gdn_dk64, 64, 2)
 DS_GDN_LOG(gdn_dk128, 128, 4)
+DS_GDN_LOG(gdn_any, 0, 1)

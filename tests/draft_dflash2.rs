@@ -281,7 +281,11 @@ fn lossless_on(backend_name: &str, prompts: usize, n: usize) {
             let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
             s.generate_greedy(&prompt, n, 512, None, |_| {}).unwrap()
         };
-        for rb in [RollbackMode::SnapshotReplay, RollbackMode::RecurrentHost] {
+        for rb in [
+            RollbackMode::SnapshotReplay,
+            RollbackMode::RecurrentHost,
+            RollbackMode::FactorReplay,
+        ] {
             let mut s = Session::new(&t, be.as_mut(), prompt.len() + n).unwrap();
             let cfg = SpecConfig {
                 n,

@@ -240,7 +240,7 @@ fn hip_log_and_replay_match() {
     match HipBackend::open(Which::Any) {
         Ok(mut b) => {
             b.set_poison(true);
-            matches_cpu(&mut b, "hip", &[64, 128])
+            matches_cpu(&mut b, "hip", &[16, 64, 128])
         }
         Err(e) => {
             if std::env::var("DELTASPEC_REQUIRE_GPU").is_ok_and(|v| v == "1") {

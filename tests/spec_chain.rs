@@ -151,6 +151,26 @@ fn speculative_greedy_equals_plain_greedy_for_every_drafter() {
                 got.tokens, want,
                 "{name} prompt {p}: per-token-state rollback differs"
             );
+            // Factor replay: the verify logs the DeltaNet step inputs, commit replays them.
+            let mut d = InjectedDrafter::new(
+                prompt.len(),
+                want.clone(),
+                vocab,
+                max,
+                Corrupt::Random { p: 0.3, seed: 11 },
+            );
+            let got = spec_with(
+                &m,
+                &mut d,
+                &prompt,
+                n,
+                SpecMode::Chain,
+                RollbackMode::FactorReplay,
+            );
+            assert_eq!(
+                got.tokens, want,
+                "{name} prompt {p}: factor-replay rollback differs"
+            );
             // Adaptive mode mixes plain bursts and probes; still lossless.
             let mut d = RandomDrafter::new(7, vocab, max);
             let pol = PolicyConfig {
@@ -237,6 +257,7 @@ fn rollback_after_k_of_n_equals_target_on_accepted_prefix() {
                 RollbackMode::SnapshotReplay,
                 RollbackMode::RecurrentHost,
                 RollbackMode::PerTokenStates,
+                RollbackMode::FactorReplay,
             ]
             .map(|m| (k, m))
         }) {

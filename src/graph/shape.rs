@@ -150,7 +150,7 @@ impl<'a> Check<'a> {
 
 /// The head counts of a gated-delta-net op: `nv` a positive multiple of `nk`, non-empty heads.
 fn gdn_geometry(c: &Check<'_>, p: &GdnParams) -> Result<(), GraphError> {
-    if p.nk == 0 || p.nv % p.nk != 0 || p.dk == 0 || p.dv == 0 {
+    if p.nk == 0 || !p.nv.is_multiple_of(p.nk) || p.dk == 0 || p.dv == 0 {
         return c.err(format!(
             "nv {} must be a positive multiple of nk {}",
             p.nv, p.nk

@@ -31,8 +31,13 @@ pub struct Session<'a> {
     decls: Vec<StateDecl>,
     /// Rows of the per-row verify states (0: none allocated).
     tree_rows: usize,
-    /// Compiled graphs by (rows, options, per-row state rows; 0 for a plain step).
-    execs: HashMap<(usize, GraphOptions, usize), ExecId>,
+    /// Whether those verify states are a factor-replay log ([`Session::reserve_log_rows`])
+    /// rather than per-row recurrent states.
+    logged: bool,
+    /// Compiled graphs by (rows, options, per-row state rows (0 for a plain step), logged).
+    execs: HashMap<(usize, GraphOptions, usize, bool), ExecId>,
+    /// Compiled factor replays by (accepted rows, log rows).
+    replays: HashMap<(usize, usize), ExecId>,
 }
 
 /// Depth of every row of a tree given by its parents (`parent[i] < i`, −1 for a root), and
@@ -77,7 +82,9 @@ impl<'a> Session<'a> {
             pos: 0,
             decls,
             tree_rows: 0,
+            logged: false,
             execs: HashMap::new(),
+            replays: HashMap::new(),
         })
     }
 
@@ -86,12 +93,35 @@ impl<'a> Session<'a> {
     /// ([`crate::state::token_layout`]) and moves the sequence state over (best called before
     /// the prompt, when there is nothing to move). Never shrinks.
     pub fn reserve_tree_rows(&mut self, rows: usize) -> Result<(), ModelError> {
-        if rows <= self.tree_rows {
+        self.reserve_verify(rows, false)
+    }
+
+    /// Makes room for chain verifies of up to `rows` rows with factor-replay rollback
+    /// ([`Session::forward_tree`] then logs every row's DeltaNet step inputs, and
+    /// [`Session::commit_tree`] replays the accepted ones): per-row conv states and the logs
+    /// ([`crate::state::log_layout`]) instead of per-row recurrent states. Trees need
+    /// [`Session::reserve_tree_rows`]; reserving one kind after the other reallocates.
+    pub fn reserve_log_rows(&mut self, rows: usize) -> Result<(), ModelError> {
+        self.reserve_verify(rows, true)
+    }
+
+    /// Whether verifies log for factor replay ([`Session::reserve_log_rows`]).
+    pub fn logged(&self) -> bool {
+        self.logged
+    }
+
+    fn reserve_verify(&mut self, rows: usize, log: bool) -> Result<(), ModelError> {
+        if rows <= self.tree_rows && log == self.logged {
             return Ok(());
         }
+        let rows = rows.max(self.tree_rows);
         let mut decls = self.model.state_decls(self.ctx);
         let base = decls.len();
-        decls.extend(crate::state::token_layout(&self.model.cfg, rows));
+        decls.extend(if log {
+            crate::state::log_layout(&self.model.cfg, rows)
+        } else {
+            crate::state::token_layout(&self.model.cfg, rows)
+        });
         let fresh = self.backend.alloc_states(&decls)?;
         if self.pos > 0 {
             for d in &decls[..base] {
@@ -103,6 +133,7 @@ impl<'a> Session<'a> {
         self.states = fresh;
         self.decls = decls;
         self.tree_rows = rows;
+        self.logged = log;
         Ok(())
     }
 
@@ -204,12 +235,14 @@ impl<'a> Session<'a> {
 
     /// The compiled graph for `t` rows (per-row state rows `tree`, 0 for a plain step).
     fn exec(&mut self, t: usize, opts: &GraphOptions, tree: usize) -> Result<ExecId, ModelError> {
-        let key = (t, opts.clone(), tree);
+        let key = (t, opts.clone(), tree, tree > 0 && self.logged);
         if let Some(e) = self.execs.get(&key) {
             return Ok(*e);
         }
         let g = if tree == 0 {
             self.model.step_graph(t, self.ctx, opts)?
+        } else if self.logged {
+            self.model.log_graph(t, self.ctx, tree, opts)?
         } else {
             self.model.tree_graph(t, self.ctx, tree, opts)?
         };
@@ -263,6 +296,12 @@ impl<'a> Session<'a> {
             return Err(ModelError::Config(format!(
                 "a verify of {t} rows with per-row states needs reserve_tree_rows({t}) (have {})",
                 self.tree_rows
+            )));
+        }
+        if self.logged && parents.iter().enumerate().any(|(i, &p)| p != i as i32 - 1) {
+            return Err(ModelError::Config(format!(
+                "factor-replay verify runs chains only (parents {parents:?}); trees need \
+                 reserve_tree_rows"
             )));
         }
         let (depth, mask) = tree_layout(parents)?;
@@ -334,14 +373,19 @@ impl<'a> Session<'a> {
     /// Commits the rows `path` of the last [`Session::forward_tree`] (a root-to-node path:
     /// `path[d]` is the row at depth d, `path[0]` the root): their K/V rows move to the
     /// positions `pos + d`, the last row's conv and recurrent state becomes the live state,
-    /// and the position advances by `path.len()`. One batch of device copies.
+    /// and the position advances by `path.len()`. One batch of device copies; with factor
+    /// replay ([`Session::reserve_log_rows`]; the path is a chain prefix `0, 1, …`) the
+    /// recurrent states are instead advanced over the path's logged rows by a replay graph.
     pub fn commit_tree(&mut self, path: &[usize]) -> Result<(), ModelError> {
         let Some(&last) = path.last() else {
             return Ok(());
         };
         if last >= self.tree_rows
             || self.pos + path.len() > self.ctx
-            || path.iter().enumerate().any(|(d, &r)| r < d)
+            || path
+                .iter()
+                .enumerate()
+                .any(|(d, &r)| r < d || (self.logged && r != d))
         {
             return Err(ModelError::Config(format!(
                 "cannot commit tree path {path:?} ({} per-row states, position {} of {})",
@@ -380,6 +424,9 @@ impl<'a> Session<'a> {
                         0,
                         conv,
                     ));
+                    if self.logged {
+                        continue;
+                    }
                     copies.push(copy(
                         names::ssm_tokens(i),
                         last * ssm,
@@ -391,6 +438,19 @@ impl<'a> Session<'a> {
             }
         }
         self.backend.copy_state_ranges(self.states, &copies)?;
+        if self.logged {
+            let key = (path.len(), self.tree_rows);
+            let exe = match self.replays.get(&key) {
+                Some(e) => *e,
+                None => {
+                    let g = self.model.replay_graph(key.0, key.1)?;
+                    let e = self.backend.compile(&g)?;
+                    self.replays.insert(key, e);
+                    e
+                }
+            };
+            self.backend.run(exe, self.weights, self.states, &[])?;
+        }
         self.pos += path.len();
         Ok(())
     }

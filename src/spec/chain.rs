@@ -43,6 +43,14 @@ pub enum RollbackMode {
     /// vs 4–8% for the snapshot and recurrent-host replays, same verify time).
     #[default]
     PerTokenStates,
+    /// The verify forward logs every row's DeltaNet step inputs (q, k, v, b, a: `conv_dim +
+    /// 2·nv` floats per row and layer) and per-row conv states, and leaves the live state
+    /// alone; committing `a + 1` rows copies row `a`'s conv state and replays those rows'
+    /// recurrent steps from the log (one small graph of one op per DeltaNet layer; the
+    /// seed's memory-lean form, z-lab's record-and-recompute). No per-row recurrent states
+    /// (~77× less memory at the 27B shape) and no replay forward; chains only (trees keep
+    /// per-token states).
+    FactorReplay,
 }
 
 impl RollbackMode {
@@ -51,8 +59,10 @@ impl RollbackMode {
             "snapshot" | "snapshot-replay" | "replay" => Ok(RollbackMode::SnapshotReplay),
             "recurrent-host" | "host" => Ok(RollbackMode::RecurrentHost),
             "per-token" | "per-token-states" => Ok(RollbackMode::PerTokenStates),
+            "factors" | "factor-replay" => Ok(RollbackMode::FactorReplay),
             other => Err(SpecError::Invalid(format!(
-                "unknown rollback mode '{other}' (known: snapshot, recurrent-host, per-token)"
+                "unknown rollback mode '{other}' (known: snapshot, recurrent-host, per-token, \
+                 factors)"
             ))),
         }
     }
@@ -62,7 +72,17 @@ impl RollbackMode {
             RollbackMode::SnapshotReplay => "snapshot",
             RollbackMode::RecurrentHost => "recurrent-host",
             RollbackMode::PerTokenStates => "per-token",
+            RollbackMode::FactorReplay => "factors",
         }
+    }
+
+    /// Whether verify runs [`Session::forward_tree`] and committing is
+    /// [`Session::commit_tree`] (no snapshot, no replay forward).
+    fn commits(self) -> bool {
+        matches!(
+            self,
+            RollbackMode::PerTokenStates | RollbackMode::FactorReplay
+        )
     }
 }
 
@@ -104,8 +124,10 @@ impl Rollback {
     /// Prepares a session for verifies of up to `rows` rows (per-token states: allocates the
     /// per-row buffers; best before the prompt, see [`Session::reserve_tree_rows`]).
     pub fn prepare(&self, s: &mut Session<'_>, rows: usize) -> Result<(), SpecError> {
-        if self.mode == RollbackMode::PerTokenStates {
-            s.reserve_tree_rows(rows)?;
+        match self.mode {
+            RollbackMode::PerTokenStates => s.reserve_tree_rows(rows)?,
+            RollbackMode::FactorReplay => s.reserve_log_rows(rows)?,
+            _ => {}
         }
         Ok(())
     }
@@ -130,8 +152,7 @@ impl Rollback {
     /// states). A lone root does too where verifies run at one fixed width (wgpu): that graph
     /// is compiled already, a 1-row graph with every row's logits would be one more.
     fn tree_verify(&self, s: &Session<'_>, rows: usize) -> bool {
-        self.mode == RollbackMode::PerTokenStates
-            && (rows > 1 || (s.tree_rows() >= rows && s.fixed_verify_width()))
+        self.mode.commits() && (rows > 1 || (s.tree_rows() >= rows && s.fixed_verify_width()))
     }
 
     /// After [`Rollback::verify`] of `rows` from position `base`: keeps the first `keep`.
@@ -175,6 +196,7 @@ impl Rollback {
             }
             // Nothing to save (the verify leaves the live state alone); only room needed.
             RollbackMode::PerTokenStates => s.reserve_tree_rows(rows)?,
+            RollbackMode::FactorReplay => s.reserve_log_rows(rows)?,
         }
         Ok(())
     }
@@ -205,10 +227,11 @@ impl Rollback {
                 s.rewind_position(base);
                 s.forward(keep, &replay_opts())?;
             }
-            RollbackMode::PerTokenStates => {
-                return Err(SpecError::Invalid(
-                    "per-token-state rollback commits rows; it never replays".into(),
-                ));
+            RollbackMode::PerTokenStates | RollbackMode::FactorReplay => {
+                return Err(SpecError::Invalid(format!(
+                    "{} rollback commits rows; it never replays a forward",
+                    self.mode.name()
+                )));
             }
         }
         debug_assert_eq!(s.pos(), base + keep.len());

@@ -32,6 +32,31 @@ pub fn ssm_tokens(layer: usize) -> String {
     format!("blk.{layer}.ssm_tokens")
 }
 
+/// The log of a factor-replay verify (`Op::GatedDeltaNetLog`): every row's recurrent-step
+/// inputs `[rows, conv_dim + 2·nv]`.
+pub fn ssm_log(layer: usize) -> String {
+    format!("blk.{layer}.ssm_log")
+}
+
+/// The buffers a factor-replay verify of up to `rows` rows writes: every DeltaNet layer's
+/// per-row conv state (as [`token_layout`]) and the log of its recurrent-step inputs, from
+/// which committing replays the accepted rows. `conv_dim + 2·nv` floats per row and layer for
+/// the recurrent part, against `nv · dk · dv` for per-row states (~10K against ~786K at the
+/// 27B shape).
+pub fn log_layout(c: &Qwen35Config, rows: usize) -> Vec<StateDecl> {
+    let mut v = Vec::new();
+    for (i, kind) in c.layers.iter().enumerate() {
+        if *kind == LayerKind::DeltaNet {
+            v.push(StateDecl::new(
+                conv_tokens(i),
+                &[rows, c.conv_kernel - 1, c.conv_dim()],
+            ));
+            v.push(StateDecl::new(ssm_log(i), &[rows, c.conv_dim() + 2 * c.nv]));
+        }
+    }
+    v
+}
+
 /// The per-row state buffers a verify forward of up to `rows` rows writes (per-token-state
 /// rollback and tree speculation): every DeltaNet layer's conv and recurrent state after each
 /// row, so that committing row `a` is a copy. Memory-hungry: `rows · nv · dk · dv` floats per

@@ -416,7 +416,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         v.push(("gdn", n.into()));
         v.push(("gdn", format!("{n}_tree")));
     }
-    for n in ["gdn_dk64_log", "gdn_dk128_log"] {
+    for n in ["gdn_dk64_log", "gdn_dk128_log", "gdn_any_log"] {
         v.push(("gdn", n.into()));
     }
     v.push(("attention", "kv_write".into()));

@@ -6,6 +6,9 @@ use crate::graph::{AttnParams, GdnParams, Graph, GraphBuilder, GraphError, RopeP
 use crate::model::{LayerKind, ModelError};
 use crate::tensor::DType;
 
+/// eps of the DeltaNet q/k L2 normalisation (HF's `l2norm` default).
+const GDN_L2_EPS: f32 = 1e-6;
+
 /// Which rows of logits a step produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LogitRows {
@@ -52,6 +55,8 @@ struct Tree {
     mask: TensorId,
     /// Rows of the per-row state buffers.
     rows: usize,
+    /// Factor replay: the recurrent step logs its inputs instead of writing per-row states.
+    log: bool,
 }
 
 struct Ctx<'a> {
@@ -130,9 +135,9 @@ impl Ctx<'_> {
             dk: c.dk,
             dv: c.dv,
             head_map: c.head_map,
-            l2_eps: 1e-6,
+            l2_eps: GDN_L2_EPS,
         };
-        let (t, eps, kconv) = (self.t, c.eps, c.conv_kernel);
+        let kconv = c.conv_kernel;
         let qkv = self.lin(x, &blk(i, "attn_qkv.weight"))?;
         let z = self.lin(x, &blk(i, "attn_gate.weight"))?;
         let beta = self.lin(x, &blk(i, "ssm_beta.weight"))?;
@@ -157,6 +162,21 @@ impl Ctx<'_> {
                 let qkv = self
                     .b
                     .conv_tree(qkv, conv_w, tr.parent, conv_state, conv_tok)?;
+                if tr.log {
+                    let log = self
+                        .b
+                        .state(&names::ssm_log(i), &[tr.rows, p.log_width()])?;
+                    let o = self.b.gated_delta_net_log(
+                        p,
+                        qkv,
+                        beta,
+                        alpha,
+                        ssm_a,
+                        dt_bias,
+                        (ssm_state, log),
+                    )?;
+                    return self.finish_delta_net(i, p, z, o);
+                }
                 let ssm_tok = self
                     .b
                     .state(&names::ssm_tokens(i), &[tr.rows, p.nv, p.dk, p.dv])?;
@@ -171,6 +191,18 @@ impl Ctx<'_> {
                 )?
             }
         };
+        self.finish_delta_net(i, p, z, o)
+    }
+
+    /// The gated norm and output projection of a DeltaNet layer's recurrent output `o`.
+    fn finish_delta_net(
+        &mut self,
+        i: usize,
+        p: GdnParams,
+        z: TensorId,
+        o: TensorId,
+    ) -> Result<TensorId, ModelError> {
+        let (t, eps) = (self.t, self.m.cfg.eps);
         let z = self.b.reshape(z, &[t, p.nv, p.dv])?;
         let norm_w = self.w(&blk(i, "ssm_norm.weight"))?;
         let y = self.b.gated_rms_norm(o, z, norm_w, eps)?;
@@ -213,7 +245,55 @@ impl Qwen35 {
         rows: usize,
         opts: &GraphOptions,
     ) -> Result<Graph, ModelError> {
-        self.graph(t, ctx, opts, Some(rows))
+        self.graph(t, ctx, opts, Some((rows, false)))
+    }
+
+    /// [`Qwen35::tree_graph`] of a chain for factor-replay rollback, over states that also hold
+    /// [`crate::state::log_layout`] with `rows ≥ t` rows: the same inputs (`parent` must be
+    /// a chain), the per-row conv states, and instead of per-row recurrent states every row's
+    /// recurrent-step inputs logged; committing replays them ([`Qwen35::replay_graph`]).
+    pub fn log_graph(
+        &self,
+        t: usize,
+        ctx: usize,
+        rows: usize,
+        opts: &GraphOptions,
+    ) -> Result<Graph, ModelError> {
+        self.graph(t, ctx, opts, Some((rows, true)))
+    }
+
+    /// Advances every DeltaNet layer's recurrent state over the first `n` rows logged by a
+    /// [`Qwen35::log_graph`] verify with `rows` log rows (no inputs, no outputs).
+    pub fn replay_graph(&self, n: usize, rows: usize) -> Result<Graph, ModelError> {
+        let c = &self.cfg;
+        let p = GdnParams {
+            nk: c.nk,
+            nv: c.nv,
+            dk: c.dk,
+            dv: c.dv,
+            head_map: c.head_map,
+            l2_eps: GDN_L2_EPS,
+        };
+        let mut b = GraphBuilder::new();
+        for (i, kind) in c.layers.iter().enumerate() {
+            if *kind != LayerKind::DeltaNet {
+                continue;
+            }
+            let mut w = |name: &str| -> Result<TensorId, ModelError> {
+                let name = blk(i, name);
+                let h = self.weights.get(&name).ok_or_else(|| ModelError::Weight {
+                    name: name.clone(),
+                    msg: "missing from the model".into(),
+                })?;
+                Ok(b.weight(&name, h.dtype, &h.shape)?)
+            };
+            let ssm_a = w("ssm_a")?;
+            let dt_bias = w("ssm_dt.bias")?;
+            let state = b.state(&names::ssm_state(i), &[p.nv, p.dk, p.dv])?;
+            let log = b.state(&names::ssm_log(i), &[rows, p.log_width()])?;
+            b.gated_delta_net_replay(p, n, ssm_a, dt_bias, state, log)?;
+        }
+        Ok(b.build())
     }
 
     fn graph(
@@ -221,7 +301,7 @@ impl Qwen35 {
         t: usize,
         ctx: usize,
         opts: &GraphOptions,
-        tree_rows: Option<usize>,
+        tree_rows: Option<(usize, bool)>,
     ) -> Result<Graph, ModelError> {
         if t == 0 {
             return Err(GraphError::Invalid("a step needs at least one token".into()).into());
@@ -231,11 +311,12 @@ impl Qwen35 {
         let pos = b.input("pos", DType::I32, &[t])?;
         let tree = match tree_rows {
             None => None,
-            Some(rows) => Some(Tree {
+            Some((rows, log)) => Some(Tree {
                 kv_rows: b.input("kv_rows", DType::I32, &[t])?,
                 parent: b.input("parent", DType::I32, &[t])?,
                 mask: b.input("mask", DType::I32, &[t, t])?,
                 rows,
+                log,
             }),
         };
         let mut cx = Ctx {

@@ -72,5 +72,7 @@ pub mod names {
     pub fn blk(i: usize, what: &str) -> String {
         format!("blk.{i}.{what}")
     }
-    pub use crate::state::{conv_state, conv_tokens, k_cache, ssm_state, ssm_tokens, v_cache};
+    pub use crate::state::{
+        conv_state, conv_tokens, k_cache, ssm_log, ssm_state, ssm_tokens, v_cache,
+    };
 }
