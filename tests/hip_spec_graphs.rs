@@ -88,7 +88,11 @@ fn plain_steps_replay_one_graph_whatever_their_number() {
     // One session restored to empty before every run (like `bench spec`): every run's graphs
     // have the same keys.
     let mut s = Session::new(&t, &mut be, prompt.len() + 64).unwrap();
-    s.reserve_tree_rows(d.max_draft() + 1).unwrap();
+    // The verify buffers of the default rollback, reserved before the snapshot.
+    deltaspec::spec::Rollback::new(deltaspec::spec::RollbackMode::default())
+        .unwrap()
+        .prepare(&mut s, d.max_draft() + 1)
+        .unwrap();
     let fresh = s.snapshot().unwrap();
     let want = s.generate_greedy(&prompt, 16, 512, None, |_| {}).unwrap();
     let adaptive = SpecMode::Adaptive(PolicyConfig {

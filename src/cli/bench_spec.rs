@@ -62,8 +62,8 @@ pub struct Args {
     /// Drafts per round at most (default: the drafter's block size − 1).
     #[arg(long)]
     pub max_draft: Option<usize>,
-    /// Rollback mode: per-token (default), factors, snapshot or recurrent-host.
-    #[arg(long, default_value = "per-token")]
+    /// Rollback mode: factors (default), per-token, snapshot or recurrent-host.
+    #[arg(long, default_value = "factors")]
     pub rollback: String,
     /// --spec adaptive: choose each chain round's number of drafts (`on`) or always verify
     /// the full block (`off`); see `deltaspec generate --adapt-width`.

@@ -62,11 +62,12 @@ pub struct Args {
     pub max_draft: Option<usize>,
     /// Rollback of the DeltaNet state after a partial accept: snapshot (copy the whole state
     /// before verify, restore and replay the accepted rows), recurrent-host (copy only the
-    /// DeltaNet state through host memory, move the position back, replay), per-token (the
-    /// default: verify writes every row's DeltaNet state, commit copies one; fastest measured)
-    /// or factors (verify logs every row's DeltaNet step inputs, commit replays the accepted
-    /// ones: ~77× less verify memory than per-token at the 27B shape; chains only).
-    #[arg(long, default_value = "per-token")]
+    /// DeltaNet state through host memory, move the position back, replay), per-token (verify
+    /// writes every row's DeltaNet state, commit copies one) or factors (the default: verify
+    /// logs every row's DeltaNet step inputs, commit replays the accepted ones; ~77× less
+    /// verify memory than per-token at the 27B shape and faster on hip; trees always use
+    /// per-token states).
+    #[arg(long, default_value = "factors")]
     pub rollback: String,
     /// Adaptive policy: spec-step / plain-step time ratio: `live` (measured EMAs, 1.9 until
     /// measured), a fixed number, or 0 to disable the policy (always speculate).

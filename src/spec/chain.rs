@@ -38,10 +38,10 @@ pub enum RollbackMode {
     /// DeltaNet conv and recurrent state to per-row buffers and leaves the live state alone;
     /// committing `a + 1` rows copies row `a`'s states in (Lucebox `rollback_to`). No replay
     /// forward and no snapshot; costs `rows · nv · dk · dv` floats of memory per DeltaNet
-    /// layer and writing every row's state during verify. The default: measured fastest in the
-    /// spec loop (CPU, tiny-a + dflash-a, code replay profile: rollback 0.3% of decode time
-    /// vs 4–8% for the snapshot and recurrent-host replays, same verify time).
-    #[default]
+    /// layer and writing every row's state during verify (8 rows of the 27B shape: 1.2 GB of
+    /// state written per verify). Trees always use it. Faster than the snapshot and
+    /// recurrent-host replays (CPU, tiny-a + dflash-a, code replay profile: rollback 0.3% of
+    /// decode time against 4–8%, same verify time).
     PerTokenStates,
     /// The verify forward logs every row's DeltaNet step inputs (q, k, v, b, a: `conv_dim +
     /// 2·nv` floats per row and layer) and per-row conv states, and leaves the live state
@@ -49,7 +49,10 @@ pub enum RollbackMode {
     /// recurrent steps from the log (one small graph of one op per DeltaNet layer; the
     /// seed's memory-lean form, z-lab's record-and-recompute). No per-row recurrent states
     /// (~77× less memory at the 27B shape) and no replay forward; chains only (trees keep
-    /// per-token states).
+    /// per-token states). The default: H100, 27B IQ4_XS + DFlash2, hip: 374 against 354 tok/s
+    /// (code replay profile) and 173 against 152 (prose) for per-token states; wgpu: equal
+    /// (147 both, code; 107 against 106, prose). See docs/perf.md, session 22.
+    #[default]
     FactorReplay,
 }
 
