@@ -111,66 +111,29 @@ fn speculative_greedy_equals_plain_greedy_for_every_drafter() {
                     d.name()
                 );
             }
-            // The memory-lean rollback (DeltaNet state via host, position moved back).
-            let mut d = InjectedDrafter::new(
-                prompt.len(),
-                want.clone(),
-                vocab,
-                max,
-                Corrupt::Random { p: 0.3, seed: 9 },
-            );
-            let got = spec_with(
-                &m,
-                &mut d,
-                &prompt,
-                n,
-                SpecMode::Chain,
-                RollbackMode::RecurrentHost,
-            );
-            assert_eq!(
-                got.tokens, want,
-                "{name} prompt {p}: recurrent-host rollback differs"
-            );
-            // Per-token states: the verify writes every row's state, commit copies one.
-            let mut d = InjectedDrafter::new(
-                prompt.len(),
-                want.clone(),
-                vocab,
-                max,
-                Corrupt::Random { p: 0.3, seed: 10 },
-            );
-            let got = spec_with(
-                &m,
-                &mut d,
-                &prompt,
-                n,
-                SpecMode::Chain,
-                RollbackMode::PerTokenStates,
-            );
-            assert_eq!(
-                got.tokens, want,
-                "{name} prompt {p}: per-token-state rollback differs"
-            );
-            // Factor replay: the verify logs the DeltaNet step inputs, commit replays them.
-            let mut d = InjectedDrafter::new(
-                prompt.len(),
-                want.clone(),
-                vocab,
-                max,
-                Corrupt::Random { p: 0.3, seed: 11 },
-            );
-            let got = spec_with(
-                &m,
-                &mut d,
-                &prompt,
-                n,
-                SpecMode::Chain,
-                RollbackMode::FactorReplay,
-            );
-            assert_eq!(
-                got.tokens, want,
-                "{name} prompt {p}: factor-replay rollback differs"
-            );
+            // The other rollbacks (`spec` uses snapshot + replay): DeltaNet state via host and
+            // the position moved back; per-token states (verify writes every row's state,
+            // commit copies one); factor replay (verify logs the step inputs, commit replays).
+            for (seed, rollback) in [
+                (9, RollbackMode::RecurrentHost),
+                (10, RollbackMode::PerTokenStates),
+                (11, RollbackMode::FactorReplay),
+            ] {
+                let mut d = InjectedDrafter::new(
+                    prompt.len(),
+                    want.clone(),
+                    vocab,
+                    max,
+                    Corrupt::Random { p: 0.3, seed },
+                );
+                let got = spec_with(&m, &mut d, &prompt, n, SpecMode::Chain, rollback);
+                assert_eq!(
+                    got.tokens,
+                    want,
+                    "{name} prompt {p}: {} rollback differs",
+                    rollback.name()
+                );
+            }
             // Adaptive mode mixes plain bursts and probes; still lossless.
             let mut d = RandomDrafter::new(7, vocab, max);
             let pol = PolicyConfig {

@@ -44,17 +44,9 @@ pub fn ssm_log(layer: usize) -> String {
 /// the recurrent part, against `nv · dk · dv` for per-row states (~10K against ~786K at the
 /// 27B shape).
 pub fn log_layout(c: &Qwen35Config, rows: usize) -> Vec<StateDecl> {
-    let mut v = Vec::new();
-    for (i, kind) in c.layers.iter().enumerate() {
-        if *kind == LayerKind::DeltaNet {
-            v.push(StateDecl::new(
-                conv_tokens(i),
-                &[rows, c.conv_kernel - 1, c.conv_dim()],
-            ));
-            v.push(StateDecl::new(ssm_log(i), &[rows, c.conv_dim() + 2 * c.nv]));
-        }
-    }
-    v
+    verify_layout(c, rows, |i| {
+        StateDecl::new(ssm_log(i), &[rows, c.conv_dim() + 2 * c.nv])
+    })
 }
 
 /// The per-row state buffers a verify forward of up to `rows` rows writes (per-token-state
@@ -62,6 +54,17 @@ pub fn log_layout(c: &Qwen35Config, rows: usize) -> Vec<StateDecl> {
 /// row, so that committing row `a` is a copy. Memory-hungry: `rows · nv · dk · dv` floats per
 /// DeltaNet layer.
 pub fn token_layout(c: &Qwen35Config, rows: usize) -> Vec<StateDecl> {
+    verify_layout(c, rows, |i| {
+        StateDecl::new(ssm_tokens(i), &[rows, c.nv, c.dk, c.dv])
+    })
+}
+
+/// Per DeltaNet layer `i`: its per-row conv states, then `recurrent(i)`.
+fn verify_layout(
+    c: &Qwen35Config,
+    rows: usize,
+    recurrent: impl Fn(usize) -> StateDecl,
+) -> Vec<StateDecl> {
     let mut v = Vec::new();
     for (i, kind) in c.layers.iter().enumerate() {
         if *kind == LayerKind::DeltaNet {
@@ -69,7 +72,7 @@ pub fn token_layout(c: &Qwen35Config, rows: usize) -> Vec<StateDecl> {
                 conv_tokens(i),
                 &[rows, c.conv_kernel - 1, c.conv_dim()],
             ));
-            v.push(StateDecl::new(ssm_tokens(i), &[rows, c.nv, c.dk, c.dv]));
+            v.push(recurrent(i));
         }
     }
     v

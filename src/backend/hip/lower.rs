@@ -593,36 +593,17 @@ pub(super) fn node(
                 128 => ("gdn_dk128", 8),
                 _ => ("gdn_any", 32),
             };
+            // q, k, v, b, a, the gate weights, then `states` pointers from input 5 on.
+            let own = |states: usize| {
+                let mut v = vec![p_in(0), p_in(1), p_in(2), p_f32(3), p_f32(4)];
+                v.extend((5..5 + states).map(p_in));
+                v
+            };
             let (name, t, mut args) = match &node.op {
                 // The tree kernel takes (parent, state, per-row states) where the step takes
                 // the state; the logging step (state, log).
-                Op::GatedDeltaNetTree(_) => (
-                    format!("{name}_tree"),
-                    inp(0).shape[0],
-                    vec![
-                        p_in(0),
-                        p_in(1),
-                        p_in(2),
-                        p_f32(3),
-                        p_f32(4),
-                        p_in(5),
-                        p_in(6),
-                        p_in(7),
-                    ],
-                ),
-                Op::GatedDeltaNetLog(_) => (
-                    format!("{name}_log"),
-                    inp(0).shape[0],
-                    vec![
-                        p_in(0),
-                        p_in(1),
-                        p_in(2),
-                        p_f32(3),
-                        p_f32(4),
-                        p_in(5),
-                        p_in(6),
-                    ],
-                ),
+                Op::GatedDeltaNetTree(_) => (format!("{name}_tree"), inp(0).shape[0], own(3)),
+                Op::GatedDeltaNetLog(_) => (format!("{name}_log"), inp(0).shape[0], own(2)),
                 // The replay is the step reading its q, k, v, b, a from the log's rows.
                 Op::GatedDeltaNetReplay { rows, .. } => {
                     let log = env.ptr(node.inputs[3]);
@@ -640,11 +621,7 @@ pub(super) fn node(
                         ],
                     )
                 }
-                _ => (
-                    name.to_string(),
-                    inp(0).shape[0],
-                    vec![p_in(0), p_in(1), p_in(2), p_f32(3), p_f32(4), p_in(5)],
-                ),
+                _ => (name.to_string(), inp(0).shape[0], own(1)),
             };
             args.push(p_out(0));
             let q_scale = (1.0 / (p.dk as f64).sqrt()) as f32;

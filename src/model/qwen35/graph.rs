@@ -9,6 +9,18 @@ use crate::tensor::DType;
 /// eps of the DeltaNet q/k L2 normalisation (HF's `l2norm` default).
 const GDN_L2_EPS: f32 = 1e-6;
 
+/// The geometry of the target's gated delta net.
+fn gdn_params(c: &crate::model::Qwen35Config) -> GdnParams {
+    GdnParams {
+        nk: c.nk,
+        nv: c.nv,
+        dk: c.dk,
+        dv: c.dv,
+        head_map: c.head_map,
+        l2_eps: GDN_L2_EPS,
+    }
+}
+
 /// Which rows of logits a step produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LogitRows {
@@ -129,14 +141,7 @@ impl Ctx<'_> {
 
     fn delta_net(&mut self, i: usize, x: TensorId) -> Result<TensorId, ModelError> {
         let c = &self.m.cfg;
-        let p = GdnParams {
-            nk: c.nk,
-            nv: c.nv,
-            dk: c.dk,
-            dv: c.dv,
-            head_map: c.head_map,
-            l2_eps: GDN_L2_EPS,
-        };
+        let p = gdn_params(c);
         let kconv = c.conv_kernel;
         let qkv = self.lin(x, &blk(i, "attn_qkv.weight"))?;
         let z = self.lin(x, &blk(i, "attn_gate.weight"))?;
@@ -266,14 +271,7 @@ impl Qwen35 {
     /// [`Qwen35::log_graph`] verify with `rows` log rows (no inputs, no outputs).
     pub fn replay_graph(&self, n: usize, rows: usize) -> Result<Graph, ModelError> {
         let c = &self.cfg;
-        let p = GdnParams {
-            nk: c.nk,
-            nv: c.nv,
-            dk: c.dk,
-            dv: c.dv,
-            head_map: c.head_map,
-            l2_eps: GDN_L2_EPS,
-        };
+        let p = gdn_params(c);
         let mut b = GraphBuilder::new();
         for (i, kind) in c.layers.iter().enumerate() {
             if *kind != LayerKind::DeltaNet {
