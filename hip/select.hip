@@ -29,23 +29,18 @@ DEV void take_best(float ov, u32 oi, float* bv, u32* bi) {
     }
 }
 
-// The best of the warp's (bv, bi); every lane gets it.
-DEV void warp_best(float* bv, u32* bi) {
-#pragma unroll
-    for (u32 m = 16; m > 0; m >>= 1) {
-        const float ov = shfl_xor(*bv, m);
-        const u32 oi = (u32)shfl_xor_i32((i32)*bi, m);
-        take_best(ov, oi, bv, bi);
-    }
-}
-
 // The best of the threads' (bv, bi); every thread gets it.
 DEV void block_best(float* bv_io, u32* bi_io) {
     __shared__ float sv[SEL_THREADS / WARP];
     __shared__ u32 si[SEL_THREADS / WARP];
     float bv = *bv_io;
     u32 bi = *bi_io;
-    warp_best(&bv, &bi);
+#pragma unroll
+    for (u32 m = 16; m > 0; m >>= 1) {
+        const float ov = shfl_xor(bv, m);
+        const u32 oi = (u32)shfl_xor_i32((i32)bi, m);
+        take_best(ov, oi, &bv, &bi);
+    }
     const u32 w = tid_x() / WARP;
     if (lane_id() == 0) {
         sv[w] = bv;
@@ -217,68 +212,10 @@ DEV void fill(const CandSrc& s, TopList& l, float lv, u32 li) {
     }
 }
 
-// block_top_k for rounds <= TOPK_FAST without a block barrier per round: each warp takes the
-// `rounds` best of its lanes' lists (rounds of warp_best, shuffles only) into shared memory,
-// then warp 0 merges the warps' sorted lists (lane w holds warp w's next element). The k best
-// of a block are among the k best of its warps, and the order is strict and total: the same
-// elements in the same order as block rounds. (Block rounds cost two barriers each: about
-// 1.2 µs a round for the drafter's 16 candidates per row on the H100.)
-constexpr u32 TOPK_FAST = 32;
-constexpr u32 SEL_WARPS = SEL_THREADS / WARP;
-
-template <class Src>
-DEV void block_top_k_fast(const Src& src, u32 rounds, float* __restrict__ out_v, u32* __restrict__ out_i) {
-    __shared__ float wv[SEL_WARPS][TOPK_FAST];
-    __shared__ u32 wi[SEL_WARPS][TOPK_FAST];
-    const u32 w = tid_x() / WARP, lane = lane_id();
-    TopList l;
-    fill(src, l, 0.0f, NONE);
-    for (u32 r = 0; r < rounds; ++r) {
-        float bv = l.v[0];
-        u32 bi = l.i[0];
-        warp_best(&bv, &bi);
-        if (lane == 0) {
-            wv[w][r] = bv;
-            wi[w][r] = bi;
-        }
-        // Every lane sees the same bi: the warp leaves together once it is out of elements.
-        if (bi == NONE) {
-            for (u32 q = r + 1 + lane; q < rounds; q += WARP) wi[w][q] = NONE;
-            break;
-        }
-        if (bi == l.i[0]) {
-            list_pop(l);
-            if (l.i[0] == NONE && l.dropped) fill(src, l, bv, bi);
-        }
-    }
-    sync_block();
-    if (w != 0) return;
-    u32 cur = 0;  // lane < SEL_WARPS: the next unmerged element of warp `lane`
-    for (u32 r = 0; r < rounds; ++r) {
-        float bv = 0.0f;
-        u32 bi = NONE;
-        if (lane < SEL_WARPS && cur < rounds) {
-            bv = wv[lane][cur];
-            bi = wi[lane][cur];
-        }
-        const u32 mine = bi;
-        warp_best(&bv, &bi);
-        if (lane == 0) {
-            out_v[r] = bi == NONE ? 0.0f : bv;
-            out_i[r] = bi;
-        }
-        if (bi != NONE && bi == mine) ++cur;
-    }
-}
-
 // The `rounds` best elements of the block's threads (from `src`), best first, into out_v/out_i
 // (index NONE where there are fewer elements). Every thread must call it.
 template <class Src>
 DEV void block_top_k(const Src& src, u32 rounds, float* __restrict__ out_v, u32* __restrict__ out_i) {
-    if (rounds <= TOPK_FAST) {
-        block_top_k_fast(src, rounds, out_v, out_i);
-        return;
-    }
     TopList l;
     fill(src, l, 0.0f, NONE);
     for (u32 r = 0; r < rounds; ++r) {
