@@ -208,14 +208,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let mut s = Session::new(&m, be.as_mut(), prompt.len() + a.n)?;
     // Per-row verify states are part of the state set: allocate them before the snapshot that
     // every run restores.
-    let rows = match cfg.mode {
-        SpecMode::Tree { budget } => {
-            s.reserve_tree_rows(budget + 1)?;
-            budget + 1
-        }
-        _ => cfg.max_draft.min(block - 1) + 1,
-    };
-    crate::spec::Rollback::new(rollback)?.prepare(&mut s, rows)?;
+    // Trees always keep per-row states; chains those of the rollback mode.
+    match cfg.mode {
+        SpecMode::Tree { budget } => s.reserve_tree_rows(budget + 1)?,
+        _ => crate::spec::Rollback::new(rollback)?
+            .prepare(&mut s, cfg.max_draft.min(block - 1) + 1)?,
+    }
     let fresh = s.snapshot()?;
     let result = (|| -> anyhow::Result<(ArRun, SpecOutput, String, Option<serde_json::Value>)> {
         for _ in 0..a.warmup {
