@@ -105,11 +105,6 @@ impl<'a> Session<'a> {
         self.reserve_verify(rows, true)
     }
 
-    /// Whether verifies log for factor replay ([`Session::reserve_log_rows`]).
-    pub fn logged(&self) -> bool {
-        self.logged
-    }
-
     fn reserve_verify(&mut self, rows: usize, log: bool) -> Result<(), ModelError> {
         if rows <= self.tree_rows && log == self.logged {
             return Ok(());

@@ -497,38 +497,36 @@ impl Ctx<'_> {
             | Op::GatedDeltaNetReplay { p: gp, .. } => {
                 let tree = matches!(op, Op::GatedDeltaNetTree(_));
                 let log = matches!(op, Op::GatedDeltaNetLog(_));
-                let t_in = shape(ins[0])[0];
-                let shape = shaders::gdn_shape(gp.dk, gp.dv, self.subgroup_min);
-                // The replay is the step with the log bound as q, k, v, b and a; row strides
-                // and the offsets of b and a in a row are params.
-                let (t, mut binds, strides, (sa, sat), (dt, dtt)) =
-                    if let Op::GatedDeltaNetReplay { rows, .. } = op {
-                        let lg = self.res(ins[3]);
-                        let (w, cd) = (u(gp.log_width())?, u(gp.conv_dim())?);
+                let (cd, nv) = (u(gp.conv_dim())?, u(gp.nv)?);
+                // Input positions of (q/k/v, b, a), the gate weights and the states, and the
+                // params' row strides and b, a offsets: the replay is the step with the log bound
+                // as q/k/v, b and a.
+                let (t, qba, gates, states, strides) = match op {
+                    Op::GatedDeltaNetReplay { rows, .. } => {
+                        let w = u(gp.log_width())?;
+                        let lg = ins[3];
                         (
                             *rows,
-                            vec![lg, lg, lg],
-                            [w, w, cd, cd + u(gp.nv)?],
-                            self.whole(op, ins[0])?,
-                            self.whole(op, ins[1])?,
+                            [lg; 3],
+                            [ins[0], ins[1]],
+                            &ins[2..3],
+                            [w, w, cd, cd + nv],
                         )
-                    } else {
-                        let qkv_b_a = ins[..3].iter().map(|i| self.res(*i)).collect();
-                        (
-                            t_in,
-                            qkv_b_a,
-                            [u(gp.conv_dim())?, u(gp.nv)?, 0, 0],
-                            self.whole(op, ins[3])?,
-                            self.whole(op, ins[4])?,
-                        )
-                    };
-                binds.extend([sa, dt]);
-                let rest = if matches!(op, Op::GatedDeltaNetReplay { .. }) {
-                    &ins[2..3]
-                } else {
-                    &ins[5..]
+                    }
+                    _ => (
+                        shape(ins[0])[0],
+                        [ins[0], ins[1], ins[2]],
+                        [ins[3], ins[4]],
+                        &ins[5..],
+                        [cd, nv, 0, 0],
+                    ),
                 };
-                binds.extend(rest.iter().map(|i| self.res(*i)));
+                let (sa, sat) = self.whole(op, gates[0])?;
+                let (dt, dtt) = self.whole(op, gates[1])?;
+                let mut binds: Vec<_> = qba.iter().map(|i| self.res(*i)).collect();
+                binds.extend([sa, dt]);
+                binds.extend(states.iter().map(|i| self.res(*i)));
+                let shape = shaders::gdn_shape(gp.dk, gp.dv, self.subgroup_min);
                 binds.push(self.res(outs[0]));
                 let q_scale = (1.0 / (gp.dk as f64).sqrt()) as f32;
                 let map = match gp.head_map {

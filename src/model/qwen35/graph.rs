@@ -84,11 +84,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Declares a bound weight with the dtype and shape it was loaded with.
     fn w(&mut self, name: &str) -> Result<TensorId, ModelError> {
-        let h = self.m.weights.get(name).ok_or_else(|| ModelError::Weight {
-            name: name.into(),
-            msg: "missing from the model".into(),
-        })?;
-        Ok(self.b.weight(name, h.dtype, &h.shape)?)
+        self.m.bind_weight(&mut self.b, name)
     }
 
     fn lin(&mut self, x: TensorId, name: &str) -> Result<TensorId, ModelError> {
@@ -277,21 +273,22 @@ impl Qwen35 {
             if *kind != LayerKind::DeltaNet {
                 continue;
             }
-            let mut w = |name: &str| -> Result<TensorId, ModelError> {
-                let name = blk(i, name);
-                let h = self.weights.get(&name).ok_or_else(|| ModelError::Weight {
-                    name: name.clone(),
-                    msg: "missing from the model".into(),
-                })?;
-                Ok(b.weight(&name, h.dtype, &h.shape)?)
-            };
-            let ssm_a = w("ssm_a")?;
-            let dt_bias = w("ssm_dt.bias")?;
+            let ssm_a = self.bind_weight(&mut b, &blk(i, "ssm_a"))?;
+            let dt_bias = self.bind_weight(&mut b, &blk(i, "ssm_dt.bias"))?;
             let state = b.state(&names::ssm_state(i), &[p.nv, p.dk, p.dv])?;
             let log = b.state(&names::ssm_log(i), &[rows, p.log_width()])?;
             b.gated_delta_net_replay(p, n, ssm_a, dt_bias, state, log)?;
         }
         Ok(b.build())
+    }
+
+    /// Declares the bound weight `name` in `b` with the dtype and shape it was loaded with.
+    fn bind_weight(&self, b: &mut GraphBuilder, name: &str) -> Result<TensorId, ModelError> {
+        let h = self.weights.get(name).ok_or_else(|| ModelError::Weight {
+            name: name.into(),
+            msg: "missing from the model".into(),
+        })?;
+        Ok(b.weight(name, h.dtype, &h.shape)?)
     }
 
     fn graph(
