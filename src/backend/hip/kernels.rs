@@ -285,6 +285,9 @@ pub fn qgemv_tile(n: usize) -> u32 {
 /// Elements of a row one pass-0 block of `argmax_f32` or `top_k_f32` reduces (`ARGMAX_CHUNK` in
 /// `hip/select.hip`).
 pub const ARGMAX_CHUNK: usize = 256 * 8;
+/// Most parts (`ARGMAX_CHUNK` elements each) of a row for which `top_k_f32` filters by the
+/// row's threshold (`TOPK_MAX_PARTS` in `hip/select.hip`).
+pub const TOPK_MAX_PARTS: usize = 1024;
 /// Attention variants: head-dim elements per lane (hd <= 32 · HDL).
 pub const ATTN_HDL: &[u32] = &[1, 2, 4, 8];
 

@@ -852,20 +852,32 @@ pub(super) fn node(
             }
             // Pass 0 keeps the kc best of every ARGMAX_CHUNK elements of a row (grid: rows x
             // parts); with more than one part, pass 1 merges a row's parts * kc candidates.
+            // Where a row has k parts or more (and at most TOPK_MAX_PARTS), pass 2 first takes
+            // every part's maximum, and pass 0 keeps only elements at or before the row's k-th
+            // best maximum (`row_threshold` in hip/select.hip).
             let parts = v.div_ceil(kernels::ARGMAX_CHUNK);
             let kc = k.min(kernels::ARGMAX_CHUNK);
             let cands = rows * parts * kc;
-            let (part_v, part_i) = if parts > 1 {
-                let p = be.scratch(cands * 8)?;
-                (p, p + (cands * 4) as DevPtr)
+            let threshold = parts > 1 && k <= parts && parts <= kernels::TOPK_MAX_PARTS;
+            let maxima = if threshold { rows * parts } else { 0 };
+            let (part_v, part_i, mx_v, mx_i) = if parts > 1 {
+                let p = be.scratch((cands + maxima) * 8)?;
+                let at = |floats: usize| p + (floats * 4) as DevPtr;
+                if threshold {
+                    (p, at(cands), at(2 * cands), at(2 * cands + maxima))
+                } else {
+                    (p, at(cands), 0, 0)
+                }
             } else {
-                (0, 0)
+                (0, 0, 0, 0)
             };
             let args = |pass: u32| -> Result<Vec<Arg>, BackendError> {
                 Ok(vec![
                     p_in(0),
                     Arg::P(part_v),
                     Arg::P(part_i),
+                    Arg::P(mx_v),
+                    Arg::P(mx_i),
                     p_out(0),
                     p_out(1),
                     u32_of(v)?,
@@ -875,18 +887,15 @@ pub(super) fn node(
                     Arg::U32(pass),
                 ])
             };
-            launch(
-                be,
-                "select",
-                "top_k_f32",
-                [
-                    blocks(rows as u64, 1),
-                    blocks(v as u64, kernels::ARGMAX_CHUNK as u64),
-                    1,
-                ],
-                256,
-                &args(0)?,
-            )?;
+            let row_parts = [
+                blocks(rows as u64, 1),
+                blocks(v as u64, kernels::ARGMAX_CHUNK as u64),
+                1,
+            ];
+            if threshold {
+                launch(be, "select", "top_k_f32", row_parts, 256, &args(2)?)?;
+            }
+            launch(be, "select", "top_k_f32", row_parts, 256, &args(0)?)?;
             if parts > 1 {
                 launch(
                     be,
