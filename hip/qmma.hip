@@ -680,20 +680,6 @@ constexpr u32 QM_PF = 8;
 #define DS_QMMA_W(name, P)                                                                          \
     DS_QMMA_NW(name, P, 1, 8, 1, true, QM_PF, true, w, qmma_warps_w(1), qmma_min_blocks_w(1))        \
     DS_QMMA_NW(name, P, 2, 16, 1, true, QM_PF, true, w, qmma_warps_w(2), qmma_min_blocks_w(2))
-// The `h` kernel (plain matmuls at 8 rows only): the `q` kernel with twice the warps, each over
-// half the residues (R = 2, as the 16-row tile's), one 16-warp block per SM. For matrices of few
-// 16-row tiles: a K = 17408 down projection of 5120 rows has 320 tiles, 1.21 waves of the `q`
-// kernel's 2 blocks per SM (H100, 8 rows: 36.7 µs for 47 MB against 57.9 µs for gate/up's 95 MB),
-// so its second wave ran on under a quarter of the SMs; here each tile is two half-length walks
-// wide and the waves are half as long. Same partials, same butterfly (one more step through
-// shared memory): the same bits.
-#define DS_QMMA_H(name, P)                                                                              \
-    QM_KERNEL(2 * qmma_warps(1), 1)                                                                     \
-    qmma_##name##_8h(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, u32 K, \
-                     u32 M, u64 row_bytes) {                                                            \
-        qmma<P, 1, false, 2, true, QM_PF, true, 2 * qmma_warps(1)>(W, nullptr, XQ, XD, XS, Y, N, K, M,   \
-                                                                   row_bytes, bid_x());                 \
-    }
 #define DS_QMMA_TYPE(name, P)                       \
     DS_QMMA(name, P, 1, 8, 2, false, 0, false, )    \
     DS_QMMA(name, P, 2, 16, 2, false, 0, false, )   \
@@ -710,8 +696,7 @@ constexpr u32 QM_PF = 8;
     DS_QMMA(name, P, 1, 8, 2, true, QM_PF, true, q)  \
     DS_QMMA(name, P, 2, 16, 2, true, QM_PF, true, q) \
     DS_QMMA(name, P, 4, 32, 2, true, QM_PF, true, q) \
-    DS_QMMA_W(name, P)                              \
-    DS_QMMA_H(name, P)
+    DS_QMMA_W(name, P)
 DS_FOR_EACH_FTYPE(DS_QMMA_TYPE)
 
 // The fragment-ordered activations for the `f` kernels (see the header), one warp per 32-value

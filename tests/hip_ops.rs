@@ -414,11 +414,11 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             let wid = g.upload_weights(&w).unwrap();
             let sid = g.alloc_states(&[]).unwrap();
             let x = rng.vec_normal(33 * k, 1.0);
-            let mut run = |n: usize, mma: bool, one: bool, xl: bool, v2: Option<u8>| {
+            let mut run = |n: usize, mma: bool, one: bool, xl: bool, v2: u8| {
                 g.set_qgemv_mma(mma);
                 g.set_qmma_unroll_one(one);
                 g.set_qmma_xlayout(xl);
-                g.set_qmma_v2(v2);
+                g.set_qmma_v2(Some(v2));
                 let e = g.compile(&matmul_graph(n, k, m, dtype)).unwrap();
                 f32s(
                     &g.run(e, wid, sid, &[("x", HostData::F32(x[..n * k].to_vec()))])
@@ -426,27 +426,22 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
                         .1,
                 )
             };
-            let want = run(33, false, false, false, Some(0));
+            let want = run(33, false, false, false, 0);
             // Two chunks of items per warp step (the default) on plain and fragment-ordered
             // activations, the latter also with L2 prefetch (`qmma*p`), hoisted loads (`qmma*q`)
             // and half the warps (`qmma*w`), and one chunk (`u1`) at 8 and 16 rows.
             let ns = [2, 4, 5, 13, 16, 17, 33];
-            let ns = ns.map(|n| (n, Some(0)));
-            let cases = ns.map(|(n, v)| (n, false, false, v)).into_iter();
-            let cases = cases.chain(ns.map(|(n, v)| (n, false, true, v)));
-            let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, Some(1))));
-            let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, Some(2))));
+            let cases = ns.map(|n| (n, false, false, 0)).into_iter();
+            let cases = cases.chain(ns.map(|n| (n, false, true, 0)));
+            let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, 1)));
+            let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, 2)));
             // Half the warps per block at 8 and 16 rows (`qmma*w`).
-            let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, Some(3))));
-            // The default variants: M = 77 is few tiles, so 8 rows run `qmma*_8h` (16 warps of
-            // 2 residues) and 16 rows `qmma*_16q`.
-            let cases = cases.chain([2, 5, 8, 13, 16, 17].map(|n| (n, false, true, None)));
-            let u1 = [(5, true, false, Some(0)), (16, true, false, Some(0))];
-            for (n, one, xl, v2) in cases.chain(u1) {
+            let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, 3)));
+            for (n, one, xl, v2) in cases.chain([(5, true, false, 0), (16, true, false, 0)]) {
                 let got = run(n, true, one, xl, v2);
                 if let Some(i) = (0..n * m).find(|&i| got[i].to_bits() != want[i].to_bits()) {
                     panic!(
-                        "{dtype} k={k}: n={n} (u1: {one}, xlayout: {xl}, v2: {v2:?}) matrix-core row {} col {} is {} not {}",
+                        "{dtype} k={k}: n={n} (u1: {one}, xlayout: {xl}, v2: {v2}) matrix-core row {} col {} is {} not {}",
                         i / m,
                         i % m,
                         got[i],

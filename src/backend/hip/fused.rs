@@ -270,7 +270,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         let m = g.tensor(first.inputs[1]).shape[0];
         // (source, kernel, output columns per block, threads, grid rows); both take the same arguments.
         let (source, name, cols, threads, grid_y) = match be.qmma_glu_tile(n, suffix) {
-            Some(t) => be.mma_launch("qmma_glu", suffix, t, n, m, g.rows_match_decode),
+            Some(t) => be.mma_launch("qmma_glu", suffix, t, n, g.rows_match_decode),
             None => one_row(
                 match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
                     (Some((_, u)), _) => (
@@ -321,7 +321,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         .map(|&i| g.tensor(g.nodes[i].inputs[1]).shape[0])
         .sum();
     let (source, name, rows_per_block, threads, grid_y) = match be.qmma_tile(n, suffix) {
-        Some(t) => be.mma_launch("qmma4", suffix, t, n, total_rows, g.rows_match_decode),
+        Some(t) => be.mma_launch("qmma4", suffix, t, n, g.rows_match_decode),
         None => one_row(
             match (
                 be.q1_variant(n, false, total_rows, suffix),

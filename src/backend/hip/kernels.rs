@@ -218,9 +218,6 @@ pub const QMMA_GLU_COLS: u32 = 8;
 pub fn qmma_threads(nt: u32) -> u32 {
     32 * if nt <= 8 { 8 } else { 16 }
 }
-/// Most 16-row tiles of a plain matmul for which the default runs the matrix-core tile with 16
-/// warps of 2 residues (`qmma_*_8h`, and `q` at 16 rows): see `HipBackend::qmma_few`.
-pub const QMMA_FEW_TILES: usize = 512;
 /// The matrix-core tile for `n` input rows: inputs of 5 rows and more (the dp4a kernel's
 /// 8- and 16-row tiles and its passes over wider inputs), `None` below.
 pub fn qmma_tile(n: usize) -> Option<u32> {
@@ -395,7 +392,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             }
         }
         if *ty != Q8_REGROUPED {
-            v.push(("qmma", format!("qmma_{ty}_8h")));
             for kind in ["qmmp", "qmmp4", "qmmp_glu"] {
                 v.push(("qmma", format!("{kind}_{ty}")));
             }

@@ -966,7 +966,7 @@ pub(super) fn qgemv(
     // (source, kernel, weight rows per block, threads, grid rows): the matrix-core tile where enabled, else
     // the dp4a GEMV (its wide variant where one is chosen); every kernel takes the same arguments.
     let (source, name, rows_per_block, threads, grid_y) = match be.qmma_tile(n, suffix) {
-        Some(nt) => be.mma_launch("qmma", suffix, nt, n, m, env.graph.rows_match_decode),
+        Some(nt) => be.mma_launch("qmma", suffix, nt, n, env.graph.rows_match_decode),
         None => {
             let nt = kernels::qgemv_tile(n);
             let (name, rows) = match (be.q1_variant(n, false, m, suffix), qgemv_wide(be, nt)) {

@@ -248,13 +248,6 @@ pub struct HipBackend {
     /// 11.24 against 10.88 / 10.91). `DELTASPEC_HIP_QMMA_V2=0..3` forces one variant at every
     /// tile.
     qmma_v2: Option<u8>,
-    /// Plain matmuls of at most this many 16-row tiles (`kernels::QMMA_FEW_TILES` by default,
-    /// `DELTASPEC_HIP_QMMA_FEW=<tiles>`, 0 for none) run their 8- and 16-row tiles with 16 warps
-    /// of 2 residues (`qmma_*_8h`, `qmma_*_16q`) instead of the default variant, where
-    /// `qmma_v2` is unset. Why: a 5120-row projection has 320 tiles, 1.21 waves of the 8-row
-    /// `q` kernel's two blocks per SM (its second wave on under a quarter of the SMs); with
-    /// half the items per warp its waves are half as long. Bit-identical (same partials).
-    qmma_few: usize,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
     /// unset, each type's default; `Some(None)`: set to a name that is not a variant, the
@@ -374,10 +367,6 @@ impl HipBackend {
             qmmp: std::env::var("DELTASPEC_HIP_QMMP").map_or(true, |v| v != "0"),
             fused_wide: std::env::var("DELTASPEC_HIP_FUSED_WIDE").is_ok_and(|v| v == "1"),
             q8_regroup: std::env::var("DELTASPEC_HIP_Q8_REGROUP").is_ok_and(|v| v == "1"),
-            qmma_few: std::env::var("DELTASPEC_HIP_QMMA_FEW")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(kernels::QMMA_FEW_TILES),
             qmma_v2: std::env::var("DELTASPEC_HIP_QMMA_V2")
                 .ok()
                 .and_then(|v| v.parse::<u8>().ok())
@@ -607,18 +596,16 @@ impl HipBackend {
     }
 
     /// The matrix-core launch of `kind` (`qmma`, `qmma4`, `qmma_glu`) for `n` input rows at
-    /// tile `nt` of `suffix` weights with `m` weight rows in all: `(source, kernel, weight rows
-    /// per block (output columns for the gate/up pair), threads, grid rows)`. The prefill tile
-    /// where it is on, the graph's rows need not equal decode and `n` is past the 32-row tile (a
-    /// grid row per 64 input rows); the verify tile otherwise (one grid row: its blocks loop over
-    /// the inputs), with 16 warps for plain matmuls of few tiles (`qmma_few`).
+    /// tile `nt` of `suffix` weights: `(source, kernel, weight rows per block (output columns
+    /// for the gate/up pair), threads, grid rows)`. The prefill tile where it is on, the graph's
+    /// rows need not equal decode and `n` is past the 32-row tile (a grid row per 64 input
+    /// rows); the verify tile otherwise (one grid row: its blocks loop over the inputs).
     fn mma_launch(
         &self,
         kind: &str,
         suffix: &str,
         nt: u32,
         n: usize,
-        m: usize,
         decode_rows: bool,
     ) -> (&'static str, String, u64, u32, u32) {
         let per_warp = if kind == "qmma_glu" {
@@ -636,16 +623,13 @@ impl HipBackend {
                 n.div_ceil(kernels::QMMP_ROWS_IN) as u32,
             );
         }
-        let few = kind == "qmma"
-            && self.qmma_v2.is_none()
-            && self.qmma_frag()
-            && m.div_ceil(kernels::QMMA_ROWS as usize) <= self.qmma_few;
-        let (name, threads) = match (few, nt) {
-            (true, 8) => (format!("qmma_{suffix}_8h"), 2 * kernels::qmma_threads(8)),
-            (true, 16) => (format!("qmma_{suffix}_16q"), kernels::qmma_threads(16)),
-            _ => (self.qmma_kernel(kind, suffix, nt), self.qmma_threads(nt)),
-        };
-        ("qmma", name, u64::from(per_warp), threads, 1)
+        (
+            "qmma",
+            self.qmma_kernel(kind, suffix, nt),
+            u64::from(per_warp),
+            self.qmma_threads(nt),
+            1,
+        )
     }
 
     /// Threads of a matrix-core block at tile `nt`: half of `kernels::qmma_threads` for the

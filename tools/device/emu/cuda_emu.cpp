@@ -69,7 +69,7 @@ Entry entry(const char* name, void (*f)(A...)) {
     K(qmma_##ty##_##NT##p) K(qmma4_##ty##_##NT##p) K(qmma_glu_##ty##_##NT##p)  \
     K(qmma_##ty##_##NT##q) K(qmma4_##ty##_##NT##q) K(qmma_glu_##ty##_##NT##q)
 #define QMMA_W(ty, NT) K(qmma_##ty##_##NT##w) K(qmma4_##ty##_##NT##w) K(qmma_glu_##ty##_##NT##w)
-#define QMMA(ty, P) QMMA_NT(ty, 8) QMMA_NT(ty, 16) QMMA_NT(ty, 32) QMMA_W(ty, 8) QMMA_W(ty, 16) K(qmma_##ty##_8h) \
+#define QMMA(ty, P) QMMA_NT(ty, 8) QMMA_NT(ty, 16) QMMA_NT(ty, 32) QMMA_W(ty, 8) QMMA_W(ty, 16) \
     K(qmmp_##ty) K(qmmp4_##ty) K(qmmp_glu_##ty)
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
