@@ -372,7 +372,24 @@ KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ p
     } else if (pass == 0) {
         const u32 base = bid_y() * ARGMAX_CHUNK;
         ChunkSrc src{x + (u64)bid_x() * V, base, V - base < ARGMAX_CHUNK ? V : base + ARGMAX_CHUNK, 0.0f, NONE};
-        if (mx_v) row_threshold(mx_v, mx_i, parts, k, &src.tv, &src.ti);
+        if (mx_v) {
+            // A part whose maximum ranks k-th or later holds no element at or before the
+            // threshold: it writes its empty list without ranking the row's maxima or reading
+            // its elements (most parts; parts > 1 here).
+            const u64 row = (u64)bid_x() * parts, o = (row + bid_y()) * kc;
+            const float mv = mx_v[row + bid_y()];
+            const u32 mi = mx_i[row + bid_y()];
+            u32 before = 0, rank;
+            for (u32 p = tid_x(); p < parts; p += SEL_THREADS) {
+                before += ranks_before(mx_v[row + p], mx_i[row + p], mv, mi) ? 1u : 0u;
+            }
+            block_scan(before, &rank);
+            if (rank >= k) {
+                for (u32 q = tid_x(); q < kc; q += SEL_THREADS) part_v[o + q] = 0.0f, part_i[o + q] = NONE;
+                return;
+            }
+            row_threshold(mx_v, mx_i, parts, k, &src.tv, &src.ti);
+        }
         if (parts == 1) {
             block_top_k(src, k, values + (u64)bid_x() * k, out_i + (u64)bid_x() * k);
         } else {
