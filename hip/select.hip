@@ -272,6 +272,11 @@ DEV u32 block_scan(u32 c, u32* total) {
     return off + x - c;
 }
 
+// Empty slots [from, to) of a block's output list (every thread calls it).
+DEV void pad_none(float* __restrict__ out_v, u32* __restrict__ out_i, u32 from, u32 to) {
+    for (u32 q = from + tid_x(); q < to; q += SEL_THREADS) out_v[q] = 0.0f, out_i[q] = NONE;
+}
+
 // Most elements a block ranks directly (block_rank_select).
 constexpr u32 SEL_CAP = 2 * SEL_THREADS;
 
@@ -300,7 +305,7 @@ DEV bool block_rank_select(const Src& src, u32 rounds, float* __restrict__ out_v
         for (u32 b = 0; b < total; ++b) r += ranks_before(cv[b], ci[b], v, i) ? 1u : 0u;
         if (r < rounds) out_v[r] = v, out_i[r] = i;
     }
-    for (u32 q = total + tid_x(); q < rounds; q += SEL_THREADS) out_v[q] = 0.0f, out_i[q] = NONE;
+    pad_none(out_v, out_i, total, rounds);
     return true;
 }
 
@@ -317,10 +322,7 @@ DEV void block_top_k(const Src& src, u32 rounds, float* __restrict__ out_v, u32*
         block_best(&bv, &bi);
         if (bi == NONE) {
             // Every thread is out of elements (bi is the same in all of them): pad with NONE.
-            for (u32 q = r + tid_x(); q < rounds; q += SEL_THREADS) {
-                out_v[q] = 0.0f;
-                out_i[q] = NONE;
-            }
+            pad_none(out_v, out_i, r, rounds);
             return;
         }
         if (tid_x() == 0) {
@@ -334,12 +336,14 @@ DEV void block_top_k(const Src& src, u32 rounds, float* __restrict__ out_v, u32*
     }
 }
 
-// The row's threshold for pass 0: the k-th best of its parts' maxima (mx_v/mx_i, from pass 2),
-// every thread gets it. The k maxima at or before it are k distinct elements, so the row's k best
-// all rank at or before it too: pass 0 may skip every element that ranks after it, and most
-// parts then hold none (one round instead of k). Needs k <= parts <= TOPK_MAX_PARTS.
+// The row's threshold for pass 0: the k-th best of its parts' maxima (mx_v/mx_i, from pass 2).
+// The k maxima at or before it are k distinct elements, so the row's k best all rank at or
+// before it too: pass 0 may skip every element that ranks after it. A part whose own maximum
+// ranks k-th or later has no such element: false (every thread gets the same), and the
+// threshold is not computed (most parts). Otherwise (tv, ti) gets it. Needs k <= parts <=
+// TOPK_MAX_PARTS.
 constexpr u32 TOPK_MAX_PARTS = 1024;  // mirrored by kernels::TOPK_MAX_PARTS
-DEV void row_threshold(const float* __restrict__ mx_v, const u32* __restrict__ mx_i, u32 parts, u32 k, float* tv,
+DEV bool row_threshold(const float* __restrict__ mx_v, const u32* __restrict__ mx_i, u32 parts, u32 k, float* tv,
                        u32* ti) {
     __shared__ float sv[TOPK_MAX_PARTS];
     __shared__ u32 si[TOPK_MAX_PARTS];
@@ -348,6 +352,13 @@ DEV void row_threshold(const float* __restrict__ mx_v, const u32* __restrict__ m
     const u64 row = (u64)bid_x() * parts;
     for (u32 p = tid_x(); p < parts; p += SEL_THREADS) sv[p] = mx_v[row + p], si[p] = mx_i[row + p];
     sync_block();
+    const u32 me = bid_y();
+    u32 before = 0, rank;
+    for (u32 p = tid_x(); p < parts; p += SEL_THREADS) {
+        before += ranks_before(sv[p], si[p], sv[me], si[me]) ? 1u : 0u;
+    }
+    block_scan(before, &rank);
+    if (rank >= k) return false;
     for (u32 p = tid_x(); p < parts; p += SEL_THREADS) {
         u32 r = 0;
         for (u32 q = 0; q < parts; ++q) r += ranks_before(sv[q], si[q], sv[p], si[p]) ? 1u : 0u;
@@ -356,6 +367,7 @@ DEV void row_threshold(const float* __restrict__ mx_v, const u32* __restrict__ m
     sync_block();
     *tv = rv;
     *ti = ri;
+    return true;
 }
 
 // pass 2 (grid rows x parts, first, where the host uses the threshold): each part's maximum
@@ -372,23 +384,10 @@ KERNEL(SEL_THREADS) top_k_f32(const float* __restrict__ x, float* __restrict__ p
     } else if (pass == 0) {
         const u32 base = bid_y() * ARGMAX_CHUNK;
         ChunkSrc src{x + (u64)bid_x() * V, base, V - base < ARGMAX_CHUNK ? V : base + ARGMAX_CHUNK, 0.0f, NONE};
-        if (mx_v) {
-            // A part whose maximum ranks k-th or later holds no element at or before the
-            // threshold: it writes its empty list without ranking the row's maxima or reading
-            // its elements (most parts; parts > 1 here).
-            const u64 row = (u64)bid_x() * parts, o = (row + bid_y()) * kc;
-            const float mv = mx_v[row + bid_y()];
-            const u32 mi = mx_i[row + bid_y()];
-            u32 before = 0, rank;
-            for (u32 p = tid_x(); p < parts; p += SEL_THREADS) {
-                before += ranks_before(mx_v[row + p], mx_i[row + p], mv, mi) ? 1u : 0u;
-            }
-            block_scan(before, &rank);
-            if (rank >= k) {
-                for (u32 q = tid_x(); q < kc; q += SEL_THREADS) part_v[o + q] = 0.0f, part_i[o + q] = NONE;
-                return;
-            }
-            row_threshold(mx_v, mx_i, parts, k, &src.tv, &src.ti);
+        if (mx_v && !row_threshold(mx_v, mx_i, parts, k, &src.tv, &src.ti)) {
+            const u64 o = ((u64)bid_x() * parts + bid_y()) * kc;  // parts > 1 where mx_v is given
+            pad_none(part_v + o, part_i + o, 0, kc);
+            return;
         }
         if (parts == 1) {
             block_top_k(src, k, values + (u64)bid_x() * k, out_i + (u64)bid_x() * k);

@@ -1106,9 +1106,9 @@ fn top_k_two_pass_matches_cpu_exactly() {
     top_k_case(&mut p, 43, 5003, &ALL_ROWS, &[1, 8, 16, 64]);
 }
 
-/// 35 parts: up to k = 35 pass 0 keeps only elements at or before the row's threshold (the k-th
-/// best part maximum); with k = 64 the merge pass's thread 0 owns the nine equal maxima of row 2, more than
-/// its register list holds, so it refills from the candidates.
+/// 35 parts: up to k = 35 pass 0 keeps only elements at or before the row's threshold (the
+/// k-th best part maximum); with k = 64 the merge pass's thread 0 owns the nine equal maxima of
+/// row 2, more than its register list holds, so it refills from the candidates.
 #[test]
 fn top_k_wide_rows_match_cpu_exactly() {
     let Some(mut p) = Pair::new("top_k_wide", &WeightStore::default(), &[]) else {
