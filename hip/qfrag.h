@@ -8,7 +8,10 @@
 //                               the bytes QItem's w[t] and w[t + 4] hold;
 //   SAME: s1 is always s0;  NOMIN: m is always 0 (fewer values to exchange between lanes);
 //   RAW16 (optional): an item is 16 bytes at raw(blk, ib) whose word t decode(word) turns into
-//                     words t and t + 4.
+//                     words t and t + 4;
+//   OFF (optional): words() leaves out a constant OFF subtracted from every value, and
+//                   hip/qmma.hip takes OFF · Σ x off the sum with one more mma instead (the same
+//                   exact integer; the per-word subtraction cost 3 integer ops).
 // So a sum over fragments is the dp4a kernel's sum, and the scales are the same floats: the
 // bit-identity test (tests/hip_ops.rs matmul_int8_rows_do_not_depend_on_the_batch) checks it.
 #pragma once
@@ -87,25 +90,28 @@ struct FQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}, 16-b
     }
 };
 
-struct FQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}, 2-byte aligned
-    static constexpr u32 QK = 256, QB = 210;
+struct FQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, 4-byte aligned (Q6K_QB)
+    static constexpr u32 QK = 256, QB = Q6K_QB;
     static constexpr bool SAME = false, NOMIN = true;
     DEV void scales(const u8* blk, u32 sub, float& s0, float& s1, float& m) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
-        const u32 scw = ld_u16(blk + 192 + 8 * half + 2 * i);
+        // Items i and i ^ 1 share this word: one load serves both (the same address).
+        const u32 scw = *(const u32*)(blk + 192 + 8 * half + 4 * (i / 2)) >> (16 * (i % 2));
         s0 = d * small_float((i8)(u8)(scw & 0xff));
-        s1 = d * small_float((i8)(u8)(scw >> 8));
+        s1 = d * small_float((i8)(u8)((scw >> 8) & 0xff));
         m = 0.0f;
     }
+    // The 6-bit q (0 .. 63, a valid int8), without the - 32 (OFF).
+    static constexpr u32 OFF = 32;
     DEV void words(const u8* blk, u32 sub, u32 t, u32& lo, u32& hi) {
         const u32 half = sub / 4, i = sub % 4;
         const u8* ql = blk + 64 * half + 32 * (i % 2) + 4 * t;
         const u8* qh = blk + 128 + 32 * half + 4 * t;
-        const u32 l0 = ld_u32_a2(ql), l1 = ld_u32_a2(ql + 16);
-        const u32 h0 = ld_u32_a2(qh), h1 = ld_u32_a2(qh + 16);
-        lo = sub32_bytes(((l0 >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((h0 >> (2 * i)) & 0x03030303u) << 4));
-        hi = sub32_bytes(((l1 >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((h1 >> (2 * i)) & 0x03030303u) << 4));
+        const u32 l0 = *(const u32*)ql, l1 = *(const u32*)(ql + 16);
+        const u32 h0 = *(const u32*)qh, h1 = *(const u32*)(qh + 16);
+        lo = ((l0 >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((h0 >> (2 * i)) & 0x03030303u) << 4);
+        hi = ((l1 >> (4 * (i / 2))) & 0x0f0f0f0fu) | (((h1 >> (2 * i)) & 0x03030303u) << 4);
     }
 };
 

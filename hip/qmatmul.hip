@@ -166,20 +166,18 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     }
 };
 
-struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
-    static constexpr u32 QK = 256, QB = 210, UMAX = 2, PF = 4;  // 18 words per item
+struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, 4-byte aligned (Q6K_QB)
+    static constexpr u32 QK = 256, QB = Q6K_QB, UMAX = 2, PF = 4;  // 18 words per item
     static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ6_K::NOMIN, SAME = FQ6_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
         const u32 half = sub / 4, i = sub % 4;
-        const float d = load_f16(blk + 208);
-        const u32 scw = ld_u16(blk + 192 + 8 * half + 2 * i);
-        it.s0 = d * (float)(i8)(u8)(scw & 0xff);
-        it.s1 = d * (float)(i8)(u8)(scw >> 8);
-        it.m = 0.0f;
+        FQ6_K::scales(blk, sub, it.s0, it.s1, it.m);
         u32 ql[8], qh[8];
-        ld32_a2(blk + 64 * half + 32 * (i % 2), ql);
-        ld32_a2(blk + 128 + 32 * half, qh);
+        const u8* pl = blk + 64 * half + 32 * (i % 2);
+        const u8* ph = blk + 128 + 32 * half;
+#pragma unroll
+        for (u32 e = 0; e < 8; ++e) ql[e] = *(const u32*)(pl + 4 * e), qh[e] = *(const u32*)(ph + 4 * e);
 #pragma unroll
         for (u32 e = 0; e < 8; ++e) {
             const u32 lo = (ql[e] >> (4 * (i / 2))) & 0x0f0f0f0fu;

@@ -148,6 +148,29 @@ struct QmRaw16<P, decltype(void(P::RAW16))> {
     static constexpr bool v = P::RAW16;
 };
 
+// The constant the fragment decoder P leaves out of every weight value (OFF in hip/qfrag.h), 0
+// where it has none.
+template <class P, class = void>
+struct QmOff {
+    static constexpr u32 v = 0;
+};
+template <class P>
+struct QmOff<P, decltype(void(P::OFF))> {
+    static constexpr u32 v = P::OFF;
+};
+
+// d -= OFF · (the 16 activations of b) for every output of an mma tile, as an mma whose A holds
+// -OFF everywhere: Σ (q - OFF) x = Σ q x - OFF Σ x exactly, so the decoder skips a per-byte
+// subtraction on every word.
+template <u32 OFF>
+DEV void qm_off(i32 (&d)[4], u32 b) {
+    if constexpr (OFF != 0) {
+        static_assert(OFF <= 128, "-OFF must be an int8");
+        constexpr u32 c = ((256u - OFF) & 0xffu) * 0x01010101u;
+        mma_s8_16x8x16(d, c, c, b);
+    }
+}
+
 // Two consecutive floats at an 8-byte aligned address.
 DEV void qm_ld2(const float* p, float& a, float& b) {
     const u32x2 v = *(const u32x2*)p;
@@ -302,6 +325,8 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             if constexpr (P::SAME) {
                 // One k32 step gives the item's whole sum (both halves, exactly).
                 i32 d[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
+                qm_off<QmOff<P>::v>(d, x0);
+                qm_off<QmOff<P>::v>(d, x1);
                 mma_s8_16x8x32(d, wa0, wb0, wa1, wb1, x0, x1);
                 const float so[4] = {sa0, sa0, sb0, sb0};
 #pragma unroll
@@ -312,6 +337,8 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
             } else {
                 i32 d0[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
                 i32 d1[4] = {Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS, Q8C_BIAS_BITS};
+                qm_off<QmOff<P>::v>(d0, x0);
+                qm_off<QmOff<P>::v>(d1, x1);
                 mma_s8_16x8x16(d0, wa0, wb0, x0);  // values 0..15 of item s
                 mma_s8_16x8x16(d1, wa1, wb1, x1);  // values 16..31
                 const float s0o[4] = {sa0, sa0, sb0, sb0}, s1o[4] = {sa1, sa1, sb1, sb1};

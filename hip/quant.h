@@ -10,7 +10,10 @@
 //
 // Alignment: weight rows start at multiples of the row size inside a 256-byte aligned buffer.
 // Q4_K/Q5_K blocks (144/176 bytes) are 16-byte aligned, IQ4_XS (136) 8-byte aligned, the
-// 32-element types and Q6_K only 2-byte aligned, so those are read with 2-byte loads.
+// 32-element types only 2-byte aligned, so those are read with 2-byte loads. Q6_K blocks (210
+// bytes in the file) are padded to Q6K_QB = 212 bytes at upload (src/backend/hip/kernels.rs,
+// pad_q6_k), so they are 4-byte aligned and read with word loads: the 8-row lm_head tile spent
+// a third of its instructions on 2-byte loads and their merges (ptxas 12.8, sm_90).
 // The vector float types (F32, F16, BF16) need K % 4 (F32) or K % 8 (F16/BF16) == 0; the host
 // picks the scalar variants (`*S`) otherwise.
 #pragma once
@@ -26,6 +29,9 @@ DEV float small_float(i32 v) { return __builtin_bit_cast(float, 0x4B400000 + v) 
 
 // q - 32 on each of four bytes holding 0..63 (no borrow crosses bytes).
 DEV u32 sub32_bytes(u32 v) { return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+// Bytes of a Q6_K block in device memory: the file's 210, then 2 zero bytes (see above).
+constexpr u32 Q6K_QB = 212;
 
 // The IQ4_NL grid as four words of int8 (see iq4_value below).
 constexpr u32 IQ4_T0 = 0xBFAD9881u, IQ4_T1 = 0xF6EADDCFu, IQ4_T2 = 0x26190D01u, IQ4_T3 = 0x71594535u;
@@ -350,24 +356,23 @@ struct Q5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     }
 };
 
-struct Q6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}, x = d*sc * (q - 32)
-    static constexpr u32 QK = 256, QB = 210, SUB = 32;
+struct Q6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, x = d*sc * (q - 32)
+    static constexpr u32 QK = 256, QB = Q6K_QB, SUB = 32;
     DEV void deq(const u8* blk, u32 sub, float* w) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
         const u8* ql = blk + 64 * half + 32 * (i % 2);
         const u8* qh = blk + 128 + 32 * half;
-        const u8* sc = blk + 192 + 8 * half + 2 * i;
-        const u32 scw = ld_u16(sc);
+        const u32 scw = ld_u16(blk + 192 + 8 * half + 2 * i);
         const float ds0 = d * (float)(i8)(u8)(scw & 0xff);
         const float ds1 = d * (float)(i8)(u8)(scw >> 8);
 #pragma unroll
-        for (u32 l = 0; l < 32; l += 2) {
-            const u32 lo2 = ld_u16(ql + l), hi2 = ld_u16(qh + l);
+        for (u32 l = 0; l < 32; l += 4) {
+            const u32 lo4 = *(const u32*)(ql + l), hi4 = *(const u32*)(qh + l);
 #pragma unroll
-            for (u32 k = 0; k < 2; ++k) {
-                const u32 lo = (lo2 >> (8 * k + 4 * (i / 2))) & 0xf;
-                const u32 hi = (hi2 >> (8 * k + 2 * i)) & 3;
+            for (u32 k = 0; k < 4; ++k) {
+                const u32 lo = (lo4 >> (8 * k + 4 * (i / 2))) & 0xf;
+                const u32 hi = (hi4 >> (8 * k + 2 * i)) & 3;
                 const i32 q = (i32)(lo | (hi << 4)) - 32;
                 w[l + k] = ((l + k) < 16 ? ds0 : ds1) * (float)q;
             }

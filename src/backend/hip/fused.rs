@@ -55,7 +55,7 @@ fn int8_matmul(
     let (x, w) = (g.tensor(nd.inputs[0]), g.tensor(nd.inputs[1]));
     let (n, k, m) = (x.shape[0], x.shape[1], w.shape[0]);
     let suffix = weight_kernel(w.dtype, k)?;
-    let row_bytes = w.dtype.bytes_for(k)? as u64;
+    let row_bytes = kernels::dev_bytes_for(w.dtype, k)? as u64;
     (n <= be.int8_max_n && kernels::QGEMV_TYPES.contains(&suffix))
         .then_some((suffix, n, k, m, row_bytes))
 }

@@ -129,6 +129,38 @@ pub fn regroup_q8_0(bytes: &[u8], k: usize) -> Vec<u8> {
     }
     out
 }
+/// Bytes of a Q6_K block in the file: `{u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}`.
+const Q6K_BLOCK: usize = 210;
+/// Bytes of a Q6_K block on the device (`Q6K_QB` in `hip/quant.h`): the file's 210 and two zero
+/// bytes, so every block is 4-byte aligned and the kernels read it with word loads.
+pub const Q6K_DEV_BLOCK: usize = 212;
+
+/// The device copy of Q6_K `bytes` (`pad_q6_k` blocks, see `Q6K_DEV_BLOCK`), or `None` when
+/// `bytes` is not whole blocks.
+pub fn pad_q6_k(bytes: &[u8]) -> Option<Vec<u8>> {
+    if !bytes.len().is_multiple_of(Q6K_BLOCK) {
+        return None;
+    }
+    let mut out = vec![0u8; bytes.len() / Q6K_BLOCK * Q6K_DEV_BLOCK];
+    for (src, dst) in bytes
+        .chunks_exact(Q6K_BLOCK)
+        .zip(out.chunks_exact_mut(Q6K_DEV_BLOCK))
+    {
+        dst[..Q6K_BLOCK].copy_from_slice(src);
+    }
+    Some(out)
+}
+
+/// Device bytes of `n` values of `dtype` (`DType::bytes_for` with Q6_K blocks padded, see
+/// `Q6K_DEV_BLOCK`): the row stride every kernel reading such a weight is given.
+pub fn dev_bytes_for(dtype: DType, n: usize) -> Option<usize> {
+    let file = dtype.bytes_for(n)?;
+    Some(match dtype {
+        DType::Q6K => file / Q6K_BLOCK * Q6K_DEV_BLOCK,
+        _ => file,
+    })
+}
+
 /// Bytes of an IQ4_XS block: `{f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}`.
 const IQ4_XS_BLOCK: usize = 136;
 
@@ -306,7 +338,7 @@ pub fn geometry(suffix: &str) -> (usize, usize, usize) {
         "q8_0" => (32, 34, 16),
         "q4_k" => (256, 144, 32),
         "q5_k" => (256, 176, 32),
-        "q6_k" => (256, 210, 32),
+        "q6_k" => (256, Q6K_DEV_BLOCK, 32),
         "iq4_xs" => (256, 136, 32),
         _ => (0, 0, 0),
     }
@@ -440,6 +472,22 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn q6_k_padding_keeps_each_block_and_adds_two_zero_bytes() {
+        let src: Vec<u8> = (0..3 * Q6K_BLOCK).map(|i| (i * 7 + 1) as u8).collect();
+        let out = pad_q6_k(&src).expect("whole blocks");
+        assert_eq!(out.len(), 3 * Q6K_DEV_BLOCK);
+        for b in 0..3 {
+            let d = &out[b * Q6K_DEV_BLOCK..(b + 1) * Q6K_DEV_BLOCK];
+            assert_eq!(&d[..Q6K_BLOCK], &src[b * Q6K_BLOCK..(b + 1) * Q6K_BLOCK]);
+            assert_eq!(&d[Q6K_BLOCK..], &[0, 0]);
+        }
+        assert!(pad_q6_k(&src[..Q6K_BLOCK + 1]).is_none());
+        assert_eq!(dev_bytes_for(DType::Q6K, 512), Some(2 * Q6K_DEV_BLOCK));
+        assert_eq!(dev_bytes_for(DType::Q6K, 100), None);
+        assert_eq!(dev_bytes_for(DType::Q8_0, 64), Some(68));
+    }
 
     #[test]
     fn iq4_xs_regroup_puts_each_value_in_its_kernel_nibble() {

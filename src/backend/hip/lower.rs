@@ -260,7 +260,7 @@ pub(super) fn check_weights(
             });
         }
         let row = t.last_dim();
-        let want = t.dtype.bytes_for(row).map(|b| b * (t.numel() / row.max(1)));
+        let want = kernels::dev_bytes_for(t.dtype, row).map(|b| b * (t.numel() / row.max(1)));
         if want != Some(h.buf.bytes) {
             return Err(be.dev_err(format!(
                 "weight of {} {:?} holds {} bytes, expected {}",
@@ -392,7 +392,7 @@ pub(super) fn node(
             let t = inp(1).numel();
             let suffix = weight_kernel(table.dtype, dim).expect("checked at compile");
             let (_, _, sub) = kernels::geometry(suffix);
-            let row_bytes = table.dtype.bytes_for(dim).expect("whole blocks") as u64;
+            let row_bytes = kernels::dev_bytes_for(table.dtype, dim).expect("whole blocks") as u64;
             launch(
                 be,
                 "matmul",
@@ -417,7 +417,7 @@ pub(super) fn node(
             let (x, w) = (inp(0), inp(1));
             let (n, k, m) = (x.shape[0], x.shape[1], w.shape[0]);
             let suffix = weight_kernel(w.dtype, k).expect("checked at compile");
-            let row_bytes = w.dtype.bytes_for(k).expect("whole blocks") as u64;
+            let row_bytes = kernels::dev_bytes_for(w.dtype, k).expect("whole blocks") as u64;
             let args = [
                 p_in(1),
                 p_in(0),

@@ -1062,7 +1062,24 @@ impl Backend for HipBackend {
         let mut set = WeightSet::default();
         for (name, t) in &weights.tensors {
             let bytes = t.bytes();
-            let buf = match self.alloc(bytes.len()) {
+            // The device copy where it differs from the file's bytes: IQ4_XS quant words
+            // regrouped for the NVIDIA kernels (`IQ4_REGROUPED` in hip/quant.h), Q6_K blocks
+            // padded to 4-byte alignment (`Q6K_QB`); every hip kernel reads that layout.
+            let whole = |what: &str| {
+                self.dev_err(format!(
+                    "{name}: {} bytes are not whole {what} blocks",
+                    bytes.len()
+                ))
+            };
+            let relaid = match t.dtype {
+                DType::Iq4Xs if self.drv.api() == Api::Cuda => {
+                    Some(kernels::regroup_iq4_xs(bytes).ok_or_else(|| whole("IQ4_XS"))?)
+                }
+                DType::Q6K => Some(kernels::pad_q6_k(bytes).ok_or_else(|| whole("Q6_K"))?),
+                _ => None,
+            };
+            let dev = relaid.as_deref().unwrap_or(bytes);
+            let buf = match self.alloc(dev.len()) {
                 Ok(b) => b,
                 Err(e) => {
                     for w in set.tensors.values() {
@@ -1082,20 +1099,8 @@ impl Backend for HipBackend {
                     buf,
                 },
             );
-            // The NVIDIA kernels read IQ4_XS quant words regrouped (`IQ4_REGROUPED` in
-            // hip/quant.h); every hip kernel that reads IQ4_XS follows the same layout.
-            let regrouped = if self.drv.api() == Api::Cuda && t.dtype == DType::Iq4Xs {
-                Some(kernels::regroup_iq4_xs(bytes).ok_or_else(|| {
-                    self.dev_err(format!(
-                        "{name}: {} bytes are not whole IQ4_XS blocks",
-                        bytes.len()
-                    ))
-                })?)
-            } else {
-                None
-            };
             self.drv
-                .htod(buf.ptr, regrouped.as_deref().unwrap_or(bytes))
+                .htod(buf.ptr, dev)
                 .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
             let k = t.shape.last().copied().unwrap_or(0);
             if self.q8_regroup
