@@ -31,6 +31,22 @@ DEV void q8_store_block(float x, u64 b, i8* __restrict__ XQ, float* __restrict__
     }
 }
 
+// The fragment order of int8 activations that hip/qmma.hip's `f`/`p`/`q` kernels read (see that
+// file's header); here because other kernels that quantize their output write it too.
+// The k order of a quad: lane t of a quad holds word qm_pos(t) of each half (see hip/qmma.hip).
+DEV u32 qm_pos(u32 t) { return 2 * (t & 1) + t / 2; }
+// Fragment order of the activations (XF, see the header): the offset of value e (0 .. 31) of an
+// item within its row's 32 bytes. Lane t reads bytes 8t .. 8t + 7: word qm_pos(t) of half 0,
+// then of half 1; word p of a half is read by lane qm_pos(p) (qm_pos is its own inverse).
+DEV u32 qm_frag_byte(u32 e) {
+    const u32 w = e / 4;
+    return 8 * qm_pos(w % 4) + 4 * (w / 4) + e % 4;
+}
+// The index of (input row n, item s) among the fragment-ordered rows: groups of 8 input rows,
+// then items, then the row within the group. XQF holds 32 bytes at each index, XDF/XSF one float.
+DEV u64 qm_frag_index(u32 n, u32 s, u32 nb) { return ((u64)(n / 8) * nb + s) * 8 + n % 8; }
+
+
 // The float combine of one 32-value item into a partial sum, shared by the dp4a kernel
 // (hip/qmatmul.hip) and the matrix-core tile (hip/qmma.hip): the same operations on the same
 // values in both is what makes a row of an N-row matmul equal the 1-row result bit for bit.

@@ -120,23 +120,14 @@ DEV void qmma_item(u32 sb, u32 jj, u64& boff, u32& ib) {
 // one exchange with lane t ^ 2, leaves the activations (qm_pair): lane t loads words 2t, 2t + 1
 // (half 0 for t < 2, half 1 for t >= 2), keeps one and trades the other. Two 4-byte loads at
 // 4t and 16 + 4t touch 8 rows' lines each per warp; the 8-byte load touches them once.
-DEV u32 qm_pos(u32 t) { return 2 * (t & 1) + t / 2; }
+// (qm_pos: hip/q8act.h)
 DEV void qm_pair(u32x2 v, bool low, u32& x0, u32& x1) {
     const u32 r = (u32)shfl_xor_i32((i32)(low ? v.y : v.x), 2);
     x0 = low ? v.x : r;
     x1 = low ? r : v.y;
 }
 
-// Fragment order of the activations (XF, see the header): the offset of value e (0 .. 31) of an
-// item within its row's 32 bytes. Lane t reads bytes 8t .. 8t + 7: word qm_pos(t) of half 0,
-// then of half 1; word p of a half is read by lane qm_pos(p) (qm_pos is its own inverse).
-DEV u32 qm_frag_byte(u32 e) {
-    const u32 w = e / 4;
-    return 8 * qm_pos(w % 4) + 4 * (w / 4) + e % 4;
-}
-// The index of (input row n, item s) among the fragment-ordered rows: groups of 8 input rows,
-// then items, then the row within the group. XQF holds 32 bytes at each index, XDF/XSF one float.
-DEV u64 qm_frag_index(u32 n, u32 s, u32 nb) { return ((u64)(n / 8) * nb + s) * 8 + n % 8; }
+// qm_frag_byte, qm_frag_index (the fragment order's addresses): hip/q8act.h.
 
 // Whether the fragment decoder P has raw 16-byte items (RAW16 in hip/qfrag.h).
 template <class P, class = void>

@@ -665,3 +665,90 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         }
     }
 }
+
+#[test]
+fn convs_feeding_int8_matmuls_quantize_their_own_output() {
+    // The DFlash2 drafter's shape: blocks of 8 rows, 2 sides × 2 taps, groups of 16 channels.
+    let (Some(mut on), Some(mut off)) = (gpu("conv_q8", true), gpu("conv_q8", false)) else {
+        return;
+    };
+    let Some(mut frag) = gpu("conv_q8_frag", true) else {
+        return;
+    };
+    frag.set_qgemv_mma(true);
+    frag.set_qmma_xlayout(true);
+    let Some(mut frag_off) = gpu("conv_q8_frag_off", true) else {
+        return;
+    };
+    frag_off.set_qgemv_mma(true);
+    frag_off.set_qmma_xlayout(true);
+    frag_off.set_conv_q8(false);
+    let counters = [&on, &off, &frag, &frag_off].map(|b| b.launch_counter());
+    let (block, group, taps) = (8, 16, 2);
+    for (dtype, k, rows) in [
+        (DType::Q8_0, 96, 8),
+        (DType::Iq4Xs, 512, 16),
+        (DType::Q6K, 256, 8),
+    ] {
+        let mut rng = Rng::new(91 + k as u64 + rows as u64);
+        let dyn_w = 2 * taps * (k / group);
+        let mut b = GraphBuilder::new();
+        let x = b.input("x", DType::F32, &[rows, k]).unwrap();
+        let dk = b.input("dk", DType::F32, &[rows, dyn_w]).unwrap();
+        let base = b.weight("base", DType::F32, &[2, taps, k]).unwrap();
+        let mut w = WeightStore::default();
+        w.insert(
+            "base",
+            HostTensor::from_f32(&[2, taps, k], &rng.vec_normal(2 * taps * k, 0.5)),
+        );
+        // Side 0 feeds two matmuls (a group), side 1 only an output.
+        let c0 = b.dyn_conv(x, base, dk, 0, block, group).unwrap();
+        for (name, m) in [("m0", 21), ("m1", 13)] {
+            let v = rng.vec_normal(m * k, 0.5);
+            let bytes = quant::quantize(dtype, &v).unwrap();
+            w.insert(name, HostTensor::from_bytes(dtype, &[m, k], bytes));
+            let wt = b.weight(name, dtype, &[m, k]).unwrap();
+            let y = b.matmul(c0, wt).unwrap();
+            b.output(name, y).unwrap();
+        }
+        let c1 = b.dyn_conv(x, base, dk, 1, block, group).unwrap();
+        b.output("c1", c1).unwrap();
+        let g = b.build();
+        let inputs = [
+            ("x", HostData::F32(rng.vec_normal(rows * k, 1.0))),
+            ("dk", HostData::F32(rng.vec_normal(rows * dyn_w, 0.3))),
+        ];
+        let what = format!("{dtype} k={k} rows={rows}");
+        let mut runs = Vec::new();
+        for (be, c) in [&mut on, &mut off, &mut frag, &mut frag_off]
+            .into_iter()
+            .zip(&counters)
+        {
+            runs.push(run(be, &|| c.get(), &g, &w, &inputs));
+        }
+        let [
+            (fused, l_on),
+            (plain, l_off),
+            (fr, l_fr),
+            (fr_off, l_fr_off),
+        ] = runs.try_into().expect("four runs");
+        assert_same_bits(&format!("{what}: fused vs unfused"), &fused, &plain);
+        assert_same_bits(&format!("{what}: fragment order vs unfused"), &fr, &plain);
+        assert_same_bits(
+            &format!("{what}: fragment order, conv_q8 off"),
+            &fr_off,
+            &plain,
+        );
+        // Unfused: two convs, one quantize, two GEMVs; fused: the GEMVs as one launch and the
+        // quantize inside the conv.
+        assert_eq!(l_off, 5, "{what}: unfused launches");
+        assert_eq!(
+            l_on, 3,
+            "{what}: fused launches (conv_q8, gemv group, conv)"
+        );
+        if frag.matrix_cores() && dtype != DType::Q8_0 {
+            assert_eq!(l_fr, 3, "{what}: conv_q8f, qmma group, conv");
+            assert_eq!(l_fr_off, 4, "{what}: conv, qmma_quantize, qmma group, conv");
+        }
+    }
+}

@@ -15,8 +15,8 @@
 //!   `hip/qmatmul.hip`), so its `conv_step` launch goes;
 //! - with `DELTASPEC_HIP_QK_PREP=1`, an attention node's q/k `RmsNorm` → `Rope` chains (the
 //!   wgpu backend's `qk_prep` pattern) and its cache write run as one `qk_prep` launch;
-//! - a norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`,
-//!   [`norm_q8`]), so that matmul's `quantize_q8` launch goes.
+//! - a norm or DynConv whose output feeds an int8 matmul writes the int8 rows itself
+//!   (`*_rms_norm_q8`, `dyn_conv_q8[f]`, [`q8_out`]), so that matmul's quantize launch goes.
 //!
 //! Every fused kernel does the unfused kernels' float operations on the same values, so fused
 //! and unfused runs agree bit for bit. The `SliceLast` halves wgpu writes directly stay separate
@@ -160,15 +160,16 @@ fn conv_foldable(be: &HipBackend, g: &Graph, n: usize, suffix: &str, c: usize) -
         && taps.shape[1] == 4
 }
 
-/// Per node: true for an `RmsNorm`/`AddRmsNorm`/`GatedRmsNorm` whose normalised output is the
-/// activation of an int8 matmul (directly or through a reshape view) and whose row length is a
-/// multiple of 32 (each warp of the norm kernel then holds whole quantization blocks). Such a
-/// norm runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul
-/// then finds its input already quantized ([`lower::quantize_input`]). Off with fusion; by
-/// default for `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=1`: every norm, `=0`: none).
-pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
+/// Per node: true for an `RmsNorm`/`AddRmsNorm`/`GatedRmsNorm` or a `DynConv` whose output is
+/// the activation of an int8 matmul (directly or through a reshape view) and whose row length
+/// is a multiple of 32 (each warp of its kernel then holds whole quantization blocks). Such a
+/// node runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul then
+/// finds its input already quantized ([`lower::quantize_input`]). Off with fusion. Norms: by
+/// default `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=1`: every norm, `=0`: none); convs: on
+/// unless `DELTASPEC_HIP_CONV_Q8=0`.
+pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
-    if !be.fusion || be.norm_q8 == NormQ8::Off || !be.int8_matmul {
+    if !be.fusion || !be.int8_matmul {
         return out;
     }
     // Storage roots read by int8 matmuls as their activation.
@@ -176,11 +177,13 @@ pub(super) fn norm_q8(be: &HipBackend, g: &Graph) -> Vec<bool> {
         .filter(|&i| int8_matmul(be, g, i).is_some())
         .map(|i| g.storage_root(g.nodes[i].inputs[0]))
         .collect();
+    let norms = be.norm_q8;
     for (i, nd) in g.nodes.iter().enumerate() {
         let y = match nd.op {
-            Op::GatedRmsNorm { .. } => nd.outputs[0],
-            Op::RmsNorm { .. } if be.norm_q8 == NormQ8::All => nd.outputs[0],
-            Op::AddRmsNorm { .. } if be.norm_q8 == NormQ8::All => nd.outputs[1],
+            Op::GatedRmsNorm { .. } if norms != NormQ8::Off => nd.outputs[0],
+            Op::RmsNorm { .. } if norms == NormQ8::All => nd.outputs[0],
+            Op::AddRmsNorm { .. } if norms == NormQ8::All => nd.outputs[1],
+            Op::DynConv { .. } if be.conv_q8 => nd.outputs[0],
             _ => continue,
         };
         out[i] = g.tensor(nd.inputs[0]).last_dim().is_multiple_of(32)
@@ -213,8 +216,11 @@ pub(super) fn node(
         let gate = Some((sm.inputs[0], sm.inputs[1]));
         return lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate);
     }
-    if env.ex.norm_q8.get(i) == Some(&true) {
-        return lower::norm_q8(be, env, node);
+    if env.ex.q8_out.get(i) == Some(&true) {
+        return match node.op {
+            Op::DynConv { .. } => lower::dyn_conv_q8(be, env, node),
+            _ => lower::norm_q8(be, env, node),
+        };
     }
     lower::node(be, env, i, node)
 }

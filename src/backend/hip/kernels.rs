@@ -463,7 +463,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     for n in ["argmax_f32", "top_k_f32", "logsumexp_f32"] {
         v.push(("select", n.into()));
     }
-    for n in ["dyn_conv", "selector_walk"] {
+    for n in ["dyn_conv", "dyn_conv_q8", "dyn_conv_q8f", "selector_walk"] {
         v.push(("dflash2", n.into()));
     }
     v

@@ -1182,6 +1182,65 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
     Ok(())
 }
 
+/// A `DynConv` node with its `_q8` kernel ([`super::fused::q8_out`]): the output is written as
+/// f32 and as the int8 activations of the matmul it feeds, in the fragment order too where the
+/// matrix-core kernels read that (else `quantize_input` makes it from the plain rows).
+pub(super) fn dyn_conv_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(), BackendError> {
+    let Op::DynConv { side, block, group } = node.op else {
+        return Err(unsupported(be, &node.op, "not a DynConv".into()));
+    };
+    let g = env.graph;
+    let y = node.outputs[0];
+    let b = g.tensor(node.inputs[1]);
+    let (sides, k, ch) = (b.shape[0], b.shape[1], b.shape[2]);
+    let groups = ch / group;
+    let rows = g.tensor(y).numel() / ch;
+    let frag = be.matrix_cores() && be.qmma_frag();
+    let ([xq, xd, xs], fparts) = if frag {
+        let (plain, f) = q8_frag_parts(be, rows, ch)?;
+        (plain, Some(f))
+    } else {
+        (q8_parts(be, rows * ch)?, None)
+    };
+    // Without the fragment copy its pointers are unused: the plain ones stand in.
+    let [fq, fd, fs] = fparts.unwrap_or([xq, xd, xs]);
+    let padded = if frag { rows.div_ceil(8) * 8 } else { rows };
+    let u = |v: usize| u32_arg(be, &node.op, v);
+    launch(
+        be,
+        "dflash2",
+        if frag { "dyn_conv_q8f" } else { "dyn_conv_q8" },
+        [blocks((padded * ch) as u64, 256), 1, 1],
+        256,
+        &[
+            Arg::P(env.ptr(node.inputs[0])),
+            Arg::P(env.ptr(node.inputs[1])),
+            Arg::P(env.ptr(node.inputs[2])),
+            Arg::P(env.ptr(y)),
+            Arg::P(xq),
+            Arg::P(xd),
+            Arg::P(xs),
+            Arg::P(fq),
+            Arg::P(fd),
+            Arg::P(fs),
+            u(rows)?,
+            u(ch)?,
+            u(k)?,
+            u(side)?,
+            u(block)?,
+            u(group)?,
+            u(groups)?,
+            u(sides * k * groups)?,
+        ],
+    )?;
+    let root = g.storage_root(y);
+    be.quantized.set(Some(root));
+    if frag {
+        be.fragged.set(Some(root));
+    }
+    Ok(())
+}
+
 fn align256(v: usize) -> usize {
     v.div_ceil(256) * 256
 }

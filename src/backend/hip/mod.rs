@@ -115,8 +115,9 @@ struct Exec {
     f32_weights: Vec<TensorId>,
     /// Which nodes run fused ([`fused::plan`]).
     fusion: crate::backend::wgpu::fuse::Fusion,
-    /// Per node: a norm that also writes its output as int8 activations ([`fused::norm_q8`]).
-    norm_q8: Vec<bool>,
+    /// Per node: a norm or conv that also writes its output as int8 activations
+    /// ([`fused::q8_out`]).
+    q8_out: Vec<bool>,
     /// Kernel launches of one run (counted and printed once, on its first run in profile mode).
     launches: Option<u64>,
 }
@@ -158,13 +159,17 @@ pub struct HipBackend {
     capturing: std::cell::Cell<bool>,
     /// Fused int8 GEMV launches ([`fused`]); `DELTASPEC_HIP_FUSION=0` turns them off.
     fusion: bool,
-    /// Norms that write int8 activations for the next matmul ([`fused::norm_q8`]): gated norms
+    /// Norms that write int8 activations for the next matmul ([`fused::q8_out`]): gated norms
     /// by default. 27B IQ4_XS decode on the H200, 3 interleaved rounds (docs/perf.md, session
     /// 14): off 6.35 / 6.49 / 6.56 ms, gated 6.31 / 6.37 / 6.31, all 6.56 / 6.47 / 6.48 (the
     /// 5120-wide `add_rms_norm_q8` takes 5.2 µs against 3.3 + 2.2 for the norm and its
     /// `quantize_q8`: no step-level gain). `DELTASPEC_HIP_NORM_Q8=0` turns it off, `=1` on for
     /// every norm.
     norm_q8: NormQ8,
+    /// The DFlash2 drafter's convs that feed int8 matmuls write those matmuls' int8
+    /// activations themselves (`dyn_conv_q8[f]`, [`fused::q8_out`]): 10 quantize launches of
+    /// ~3 µs less a 5-layer drafter step. `DELTASPEC_HIP_CONV_Q8=0` turns it off.
+    conv_q8: bool,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
     /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
@@ -262,7 +267,7 @@ pub struct HipBackend {
     drv: Box<dyn Driver>,
 }
 
-/// Which norms write the int8 activations of the matmul they feed ([`fused::norm_q8`]).
+/// Which norms write the int8 activations of the matmul they feed ([`fused::q8_out`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormQ8 {
     Off,
@@ -334,6 +339,7 @@ impl HipBackend {
                 Ok("0") => NormQ8::Off,
                 _ => NormQ8::Gated,
             },
+            conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: std::env::var("DELTASPEC_HIP_QK_PREP").is_ok_and(|v| v == "1"),
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
@@ -742,6 +748,12 @@ impl HipBackend {
     /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
     pub fn set_norm_q8(&mut self, which: NormQ8) {
         self.norm_q8 = which;
+    }
+
+    /// Whether a DynConv feeding an int8 matmul writes that matmul's int8 activations
+    /// ([`fused::q8_out`]), for graphs compiled afterwards; the results are the same bits.
+    pub fn set_conv_q8(&mut self, on: bool) {
+        self.conv_q8 = on;
     }
 
     /// Whether a 1-row projection group runs the conv step that reads its first output (see
@@ -1231,7 +1243,7 @@ impl Backend for HipBackend {
         graph.validate()?;
         lower::check_supported(self, graph)?;
         let fusion = fused::plan(self, graph);
-        let norm_q8 = fused::norm_q8(self, graph);
+        let q8_out = fused::q8_out(self, graph);
         let plan = Plan::with_uses(graph, &fused::extra_uses(graph, &fusion));
         let mut slot_offset = Vec::with_capacity(plan.slot_bytes.len());
         let mut total = 0usize;
@@ -1276,7 +1288,7 @@ impl Backend for HipBackend {
             consts,
             f32_weights,
             fusion,
-            norm_q8,
+            q8_out,
             launches: None,
         });
         Ok(ExecId(self.execs.len() as u32 - 1))
