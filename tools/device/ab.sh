@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A/B of two deltaspec binaries on the GPU machine, interleaved (A, B, A, B) so clock and thermal
-# drift hit both alike: the hip 1-row decode step, verify-sized steps (8 and 16 rows) and DFlash2
-# chain speculation on the replay profiles; optionally wgpu's 1-row step. Every line of output is
-# tagged with the binary it came from.
+# drift hit both alike: the hip 1-row decode step, verify-sized steps (8 and 16 rows) and, with a
+# drafter, its step (`bench draft`: drafter step and its ratio to the 8-row target step) and
+# DFlash2 chain speculation on the replay profiles; optionally wgpu's 1-row step. Every line of
+# output is tagged with the binary it came from.
 #
 #   bash tools/device/ab.sh A_BIN B_BIN MODEL.gguf [DRAFT.gguf]
 #
@@ -21,7 +22,8 @@ repeat="${REPEAT:-2}"
 run() { # run TAG TIMEOUT BIN ARGS...
     local tag=$1 to=$2 bin=$3
     shift 3
-    timeout --kill-after=5 "$to" "$bin" "$@" 2>&1 | grep -E "decode:|spec |AR:|accept:" | sed "s/^/[$tag] /"
+    timeout --kill-after=5 "$to" "$bin" "$@" 2>&1 | grep -E "decode:|spec |AR:|accept:|output:|drafter step|ratio:" |
+        sed "s/^/[$tag] /"
 }
 
 for ((i = 0; i < repeat; i++)); do
@@ -36,6 +38,7 @@ for ((i = 0; i < repeat; i++)); do
             run "$tag wgpu" 120 "$bin" bench decode --model "$model" --backend wgpu -n 32 --bw-mib 64
         fi
         if [ -n "$draft" ]; then
+            run "$tag draft" 120 "$bin" bench draft --model "$model" --draft "$draft" --backend hip:cuda -n 32
             for p in code prose; do
                 run "$tag spec $p" 120 "$bin" bench spec --model "$model" --draft "$draft" --backend hip:cuda \
                     --spec chain --replay-profile "$p" -n 128
