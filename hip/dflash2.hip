@@ -49,22 +49,13 @@ DEV void dyn_conv_q8_impl(const float* __restrict__ x, const float* __restrict__
     const u64 e = (u64)bid_x() * DYN_THREADS + tid_x();
     const u32 padded = F ? (rows + 7) / 8 * 8 : rows;
     if (e >= (u64)padded * C) return;  // whole warps
-    const u32 i = (u32)(e / C), c = (u32)(e % C), lane = lane_id();
+    const u32 i = (u32)(e / C), c = (u32)(e % C);
     float v = 0.0f;
     if (i < rows) {
         v = dyn_conv_value(x, base, dyn, i, c, C, K, side, block, group, G, dyn_width);
         y[e] = v;
     }
-    const Q8Block q = q8_quantize(v);
-    const u64 b = e / 32;  // block index: i · C / 32 + c / 32
-    if constexpr (F) {
-        const u64 f = qm_frag_index(i, c / 32, C / 32);
-        XQF[f * 32 + qm_frag_byte(lane)] = (i8)(i32)q.qf;
-        if (lane == 0) XDF[f] = q.d, XSF[f] = q.d * q.s;
-    }
-    if (i >= rows) return;
-    XQ[e] = (i8)(i32)q.qf;
-    if (lane == 0) XD[b] = q.d, XS[b] = q.d * q.s;
+    q8_store_rows<F>(v, i, c / 32, C / 32, rows, XQ, XD, XS, XQF, XDF, XSF);
 }
 
 #define DS_DYN_CONV_Q8(SFX, F)                                                                               \

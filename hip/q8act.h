@@ -35,7 +35,7 @@ DEV void q8_store_block(float x, u64 b, i8* __restrict__ XQ, float* __restrict__
 // file's header); here because other kernels that quantize their output write it too.
 // The k order of a quad: lane t of a quad holds word qm_pos(t) of each half (see hip/qmma.hip).
 DEV u32 qm_pos(u32 t) { return 2 * (t & 1) + t / 2; }
-// Fragment order of the activations (XF, see the header): the offset of value e (0 .. 31) of an
+// Fragment order of the activations (XF, see hip/qmma.hip's header): the offset of value e (0 .. 31) of an
 // item within its row's 32 bytes. Lane t reads bytes 8t .. 8t + 7: word qm_pos(t) of half 0,
 // then of half 1; word p of a half is read by lane qm_pos(p) (qm_pos is its own inverse).
 DEV u32 qm_frag_byte(u32 e) {
@@ -46,6 +46,25 @@ DEV u32 qm_frag_byte(u32 e) {
 // then items, then the row within the group. XQF holds 32 bytes at each index, XDF/XSF one float.
 DEV u64 qm_frag_index(u32 n, u32 s, u32 nb) { return ((u64)(n / 8) * nb + s) * 8 + n % 8; }
 
+// The calling warp's 32 lanes hold block s (of nb per row) of row n: quantized, it goes to the
+// fragment-ordered copy XQF/XDF/XSF where F (rows up to N rounded up to 8; past N the caller
+// passes x = 0, so those are zeros) and to the plain rows XQ/XD/XS where n < N.
+template <bool F>
+DEV void q8_store_rows(float x, u32 n, u32 s, u32 nb, u32 N, i8* __restrict__ XQ, float* __restrict__ XD,
+                       float* __restrict__ XS, i8* __restrict__ XQF, float* __restrict__ XDF,
+                       float* __restrict__ XSF) {
+    const u32 lane = lane_id();
+    const Q8Block q = q8_quantize(x);
+    if constexpr (F) {
+        const u64 f = qm_frag_index(n, s, nb);
+        XQF[f * 32 + qm_frag_byte(lane)] = (i8)(i32)q.qf;
+        if (lane == 0) XDF[f] = q.d, XSF[f] = q.d * q.s;
+    }
+    if (n >= N) return;
+    const u64 b = (u64)n * nb + s;
+    XQ[b * 32 + lane] = (i8)(i32)q.qf;
+    if (lane == 0) XD[b] = q.d, XS[b] = q.d * q.s;
+}
 
 // The float combine of one 32-value item into a partial sum, shared by the dp4a kernel
 // (hip/qmatmul.hip) and the matrix-core tile (hip/qmma.hip): the same operations on the same

@@ -736,13 +736,7 @@ DEV void qmma_quantize_impl(const float* __restrict__ X, const float* __restrict
         x = X[b * 32 + lane];
         if (GATE) x = x * ds_sigmoid(G[b * 32 + lane]);
     }
-    const Q8Block q = q8_quantize(x);
-    const u64 f = qm_frag_index(n, s, nb);
-    XQF[f * 32 + qm_frag_byte(lane)] = (i8)(i32)q.qf;
-    if (lane == 0) XDF[f] = q.d, XSF[f] = q.d * q.s;
-    if (n >= N) return;
-    XQ[b * 32 + lane] = (i8)(i32)q.qf;
-    if (lane == 0) XD[b] = q.d, XS[b] = q.d * q.s;
+    q8_store_rows<true>(x, n, s, nb, N, XQ, XD, XS, XQF, XDF, XSF);
 }
 
 KERNEL(QM_Q_WARPS * WARP)

@@ -218,7 +218,7 @@ pub(super) fn node(
     }
     if env.ex.q8_out.get(i) == Some(&true) {
         return match node.op {
-            Op::DynConv { .. } => lower::dyn_conv_q8(be, env, node),
+            Op::DynConv { .. } => lower::dyn_conv(be, env, node, true),
             _ => lower::norm_q8(be, env, node),
         };
     }

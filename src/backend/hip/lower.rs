@@ -771,33 +771,7 @@ pub(super) fn node(
             }
             Ok(())
         }
-        Op::DynConv { side, block, group } => {
-            let b = inp(1);
-            let (sides, k, ch) = (b.shape[0], b.shape[1], b.shape[2]);
-            let groups = ch / group;
-            let n = out(0).numel() as u64;
-            launch(
-                be,
-                "dflash2",
-                "dyn_conv",
-                [blocks(n, 256), 1, 1],
-                256,
-                &[
-                    p_in(0),
-                    p_in(1),
-                    p_in(2),
-                    p_out(0),
-                    Arg::U64(n),
-                    u32_of(ch)?,
-                    u32_of(k)?,
-                    u32_of(*side)?,
-                    u32_of(*block)?,
-                    u32_of(*group)?,
-                    u32_of(groups)?,
-                    u32_of(sides * k * groups)?,
-                ],
-            )
-        }
+        Op::DynConv { .. } => dyn_conv(be, env, node, false),
         Op::SelectorWalk { block } => {
             let (m, k) = (inp(0).shape[0], inp(0).shape[1]);
             let r = inp(2).shape[1];
@@ -1182,10 +1156,16 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
     Ok(())
 }
 
-/// A `DynConv` node with its `_q8` kernel ([`super::fused::q8_out`]): the output is written as
-/// f32 and as the int8 activations of the matmul it feeds, in the fragment order too where the
-/// matrix-core kernels read that (else `quantize_input` makes it from the plain rows).
-pub(super) fn dyn_conv_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(), BackendError> {
+/// A `DynConv` node: `dyn_conv`, or with `q8` ([`super::fused::q8_out`]) its `_q8` kernel, which
+/// also writes the output as the int8 activations of the matmul it feeds, in the fragment
+/// order too where the matrix-core kernels read that (else `quantize_input` makes it from the
+/// plain rows).
+pub(super) fn dyn_conv(
+    be: &HipBackend,
+    env: &Env<'_>,
+    node: &Node,
+    q8: bool,
+) -> Result<(), BackendError> {
     let Op::DynConv { side, block, group } = node.op else {
         return Err(unsupported(be, &node.op, "not a DynConv".into()));
     };
@@ -1195,6 +1175,32 @@ pub(super) fn dyn_conv_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result
     let (sides, k, ch) = (b.shape[0], b.shape[1], b.shape[2]);
     let groups = ch / group;
     let rows = g.tensor(y).numel() / ch;
+    let u = |v: usize| u32_arg(be, &node.op, v);
+    let mut args: Vec<Arg> = [node.inputs[0], node.inputs[1], node.inputs[2], y]
+        .map(|t| Arg::P(env.ptr(t)))
+        .to_vec();
+    let dims = [
+        u(ch)?,
+        u(k)?,
+        u(side)?,
+        u(block)?,
+        u(group)?,
+        u(groups)?,
+        u(sides * k * groups)?,
+    ];
+    if !q8 {
+        let n = (rows * ch) as u64;
+        args.push(Arg::U64(n));
+        args.extend(dims);
+        return launch(
+            be,
+            "dflash2",
+            "dyn_conv",
+            [blocks(n, 256), 1, 1],
+            256,
+            &args,
+        );
+    }
     let frag = be.matrix_cores() && be.qmma_frag();
     let ([xq, xd, xs], fparts) = if frag {
         let (plain, f) = q8_frag_parts(be, rows, ch)?;
@@ -1204,34 +1210,17 @@ pub(super) fn dyn_conv_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result
     };
     // Without the fragment copy its pointers are unused: the plain ones stand in.
     let [fq, fd, fs] = fparts.unwrap_or([xq, xd, xs]);
+    args.extend([xq, xd, xs, fq, fd, fs].map(Arg::P));
+    args.push(u(rows)?);
+    args.extend(dims);
     let padded = if frag { rows.div_ceil(8) * 8 } else { rows };
-    let u = |v: usize| u32_arg(be, &node.op, v);
     launch(
         be,
         "dflash2",
         if frag { "dyn_conv_q8f" } else { "dyn_conv_q8" },
         [blocks((padded * ch) as u64, 256), 1, 1],
         256,
-        &[
-            Arg::P(env.ptr(node.inputs[0])),
-            Arg::P(env.ptr(node.inputs[1])),
-            Arg::P(env.ptr(node.inputs[2])),
-            Arg::P(env.ptr(y)),
-            Arg::P(xq),
-            Arg::P(xd),
-            Arg::P(xs),
-            Arg::P(fq),
-            Arg::P(fd),
-            Arg::P(fs),
-            u(rows)?,
-            u(ch)?,
-            u(k)?,
-            u(side)?,
-            u(block)?,
-            u(group)?,
-            u(groups)?,
-            u(sides * k * groups)?,
-        ],
+        &args,
     )?;
     let root = g.storage_root(y);
     be.quantized.set(Some(root));
