@@ -317,7 +317,13 @@ fn qk_prep(
 ) -> Option<QkPrep> {
     let nd = &g.nodes[a];
     // Queries, keys, values, norm weights, positions ×2, frequencies, Q, both caches.
-    if !matches!(nd.op, Op::Attention(_) | Op::AttentionTree(_)) || lim.max_storage < 11 {
+    // Every attention kind writes its new k/v rows at their positions before attending, so the
+    // drafters' non-causal blocks fold the same way as the target's causal rows.
+    let attention = matches!(
+        nd.op,
+        Op::Attention(_) | Op::AttentionNonCausal { .. } | Op::AttentionTree(_)
+    );
+    if !attention || lim.max_storage < 11 {
         return None;
     }
     // The node producing `t` when `a` (or that node's single reader) is its only reader.

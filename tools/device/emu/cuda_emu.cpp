@@ -224,6 +224,9 @@ static std::mutex launch_lock;
 
 static void run_kernel(const Entry* e, unsigned gx, unsigned gy, unsigned gz, unsigned n, void** params) {
     std::lock_guard<std::mutex> hold(launch_lock);
+    // DSEMU_TRACE=1 lists every launch on stderr (name, grid, block): launch counts of a step.
+    static const bool trace = std::getenv("DSEMU_TRACE") != nullptr;
+    if (trace) std::fprintf(stderr, "launch %s %ux%ux%u %u\n", e->name, gx, gy, gz, n);
     for (unsigned z = 0; z < gz; ++z)
         for (unsigned y = 0; y < gy; ++y)
             for (unsigned x = 0; x < gx; ++x) {
