@@ -382,10 +382,11 @@ fn conv_step_folds_into_the_one_row_projection_group() {
 /// An attention layer's q/k preparation (`set_qk_prep`): `RmsNorm` → `Rope` of the queries and
 /// of the keys and the cache write run as one `qk_prep` launch. The attention output and both
 /// caches equal the unfused run bit for bit over a prefill and decode steps, at head sizes of the
-/// norms' 1- and 2-pass warp forms with partial rotation; four launches go.
+/// norms' 1- and 2-pass warp forms with partial rotation; four launches go. The same for the
+/// drafters' non-causal attention (a block attending to itself and the cached rows).
 #[test]
 fn qk_preparation_runs_as_one_launch() {
-    for (hd, rot) in [(64, 16), (256, 64)] {
+    for (hd, rot, causal) in [(64, 16, true), (256, 64, true), (64, 16, false)] {
         let (Some(mut on), Some(mut off)) = (gpu("qk_prep", true), gpu("qk_prep", true)) else {
             return;
         };
@@ -422,7 +423,11 @@ fn qk_preparation_runs_as_one_launch() {
             let k = b.rms_norm(k, kn, 1e-6).unwrap();
             let q = b.rope(q, pos, rot, 10000.0).unwrap();
             let k = b.rope(k, pos, rot, 10000.0).unwrap();
-            let o = b.attention(p, q, k, v, pos, kc, vc).unwrap();
+            let o = if causal {
+                b.attention(p, q, k, v, pos, kc, vc).unwrap()
+            } else {
+                b.attention_non_causal(p, 0, q, k, v, pos, kc, vc).unwrap()
+            };
             b.output("o", o).unwrap();
             b.build()
         };
@@ -459,7 +464,7 @@ fn qk_preparation_runs_as_one_launch() {
             runs.push(got);
         }
         for (i, ((a, l_on), (b, l_off))) in runs[0].iter().zip(&runs[1]).enumerate() {
-            let what = format!("hd {hd} step {i}");
+            let what = format!("hd {hd} causal {causal} step {i}");
             // Unwritten cache rows are poisoned alike on both sides: compare the written ones.
             let written = |v: &[(String, HostTensor)]| -> Vec<(String, HostTensor)> {
                 let rows = steps[..=i].iter().map(|p| p.len()).sum::<usize>() * nkv * hd;
