@@ -13,7 +13,7 @@ mod common;
 use common::{f32s, rel_err};
 use deltaspec::backend::hip::{HipBackend, NormQ8};
 use deltaspec::backend::{self, Backend, HostData, HostTensor, StateDecl, WeightStore};
-use deltaspec::graph::{AttnParams, Graph, GraphBuilder};
+use deltaspec::graph::{AttnParams, Graph, GraphBuilder, TensorId};
 use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
@@ -118,6 +118,24 @@ fn run(
 }
 
 /// Every output of `a` is written (finite) and equals the same output of `b` bit for bit.
+/// A random `[m, k]` weight of `dtype` named `name` (values N(0, 0.5²)), and graph output `name`
+/// = `a` times it.
+fn matmul_output(
+    b: &mut GraphBuilder,
+    w: &mut WeightStore,
+    rng: &mut Rng,
+    dtype: DType,
+    (name, m, k): (&str, usize, usize),
+    a: TensorId,
+) {
+    let v = rng.vec_normal(m * k, 0.5);
+    let bytes = quant::quantize(dtype, &v).unwrap();
+    w.insert(name, HostTensor::from_bytes(dtype, &[m, k], bytes));
+    let wt = b.weight(name, dtype, &[m, k]).unwrap();
+    let y = b.matmul(a, wt).unwrap();
+    b.output(name, y).unwrap();
+}
+
 fn assert_same_bits(what: &str, a: &[(String, HostTensor)], b: &[(String, HostTensor)]) {
     assert_eq!(a.len(), b.len(), "{what}: output count");
     for ((name, a), (_, b)) in a.iter().zip(b) {
@@ -623,23 +641,15 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                     .collect();
                 w.insert(name, HostTensor::from_f32(&shape, &v));
             }
-            let mut mm = |b: &mut GraphBuilder, w: &mut WeightStore, name: &str, a, m: usize| {
-                let v = rng.vec_normal(m * k, 0.5);
-                let bytes = quant::quantize(dtype, &v).unwrap();
-                w.insert(name, HostTensor::from_bytes(dtype, &[m, k], bytes));
-                let wt = b.weight(name, dtype, &[m, k]).unwrap();
-                let y = b.matmul(a, wt).unwrap();
-                b.output(name, y).unwrap();
-            };
             let y0 = b.rms_norm(x, nw, 1e-6).unwrap();
-            mm(&mut b, &mut w, "m0", y0, 21);
+            matmul_output(&mut b, &mut w, &mut rng, dtype, ("m0", 21, k), y0);
             let (s, y1) = b.add_rms_norm(x, r, nw, 1e-6).unwrap();
             b.output("sum", s).unwrap();
-            mm(&mut b, &mut w, "m1", y1, 13);
+            matmul_output(&mut b, &mut w, &mut rng, dtype, ("m1", 13, k), y1);
             let zx = b.reshape(x, &[n, heads, k / heads]).unwrap();
             let y2 = b.gated_rms_norm(zx, z, hw, 1e-6).unwrap();
             let y2 = b.reshape(y2, &[n, k]).unwrap();
-            mm(&mut b, &mut w, "m2", y2, 7);
+            matmul_output(&mut b, &mut w, &mut rng, dtype, ("m2", 7, k), y2);
             let g = b.build();
             let inputs = [
                 ("x", HostData::F32(rng.vec_normal(n * k, 1.0))),
@@ -709,12 +719,7 @@ fn convs_feeding_int8_matmuls_quantize_their_own_output() {
         // Side 0 feeds two matmuls (a group), side 1 only an output.
         let c0 = b.dyn_conv(x, base, dk, 0, block, group).unwrap();
         for (name, m) in [("m0", 21), ("m1", 13)] {
-            let v = rng.vec_normal(m * k, 0.5);
-            let bytes = quant::quantize(dtype, &v).unwrap();
-            w.insert(name, HostTensor::from_bytes(dtype, &[m, k], bytes));
-            let wt = b.weight(name, dtype, &[m, k]).unwrap();
-            let y = b.matmul(c0, wt).unwrap();
-            b.output(name, y).unwrap();
+            matmul_output(&mut b, &mut w, &mut rng, dtype, (name, m, k), c0);
         }
         let c1 = b.dyn_conv(x, base, dk, 1, block, group).unwrap();
         b.output("c1", c1).unwrap();
