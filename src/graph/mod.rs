@@ -121,6 +121,13 @@ impl Graph {
         self.ids_of_kind(|k| *k == TensorKind::State)
     }
 
+    /// Whether no node reads `id` and it is no graph output (an attention node's output when
+    /// the node runs only for its cache writes).
+    pub fn unread(&self, id: TensorId) -> bool {
+        !self.outputs.iter().any(|(_, o)| *o == id)
+            && !self.nodes.iter().any(|n| n.inputs.contains(&id))
+    }
+
     pub fn output(&self, name: &str) -> Option<TensorId> {
         self.outputs
             .iter()

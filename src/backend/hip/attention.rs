@@ -32,8 +32,7 @@ const NC_MIN_CHUNK: usize = 64;
 /// Whether no node reads `node`'s output and it is no graph output: the node then only writes
 /// its caches.
 fn output_unused(g: &Graph, node: &Node) -> bool {
-    let out = node.outputs[0];
-    !g.outputs.iter().any(|(_, id)| *id == out) && !g.nodes.iter().any(|n| n.inputs.contains(&out))
+    g.unread(node.outputs[0])
 }
 
 /// The cache operand positions of an attention node: (mask, k_cache); the tree form has its
@@ -280,7 +279,10 @@ fn qk_prep(
     qp: QkPrep,
 ) -> Result<(), BackendError> {
     let g = env.graph;
-    let [qn, kn, qr, kr] = [qp.q_norm, qp.k_norm, qp.q_rope, qp.k_rope].map(|i| &g.nodes[i]);
+    let (qn, qr) = qp.params();
+    let [qn, kn, qr, kr] = [qn, qp.k_norm, qr, qp.k_rope].map(|i| &g.nodes[i]);
+    // Keys alone: no query warps; the query pointers are the keys', never read.
+    let nh = if qp.q.is_some() { p.n_heads } else { 0 };
     let (Op::RmsNorm { eps }, Op::Rope(rp)) = (&qn.op, &qr.op) else {
         return Err(unsupported(
             be,
@@ -297,7 +299,7 @@ fn qk_prep(
         be,
         "norm",
         "qk_prep",
-        [dim(p.n_heads + p.n_kv_heads)?, dim(t)?, 1],
+        [dim(nh + p.n_kv_heads)?, dim(t)?, 1],
         32,
         &[
             Arg::P(env.ptr(qn.inputs[0])),
@@ -306,14 +308,14 @@ fn qk_prep(
             Arg::P(env.f32_ptr(kn.inputs[1])),
             Arg::P(env.ptr(node.inputs[2])),
             Arg::P(env.ptr(qr.inputs[1])),
-            Arg::P(env.consts_ptr(qp.q_rope)),
+            Arg::P(env.consts_ptr(qp.params().1)),
             Arg::P(env.consts_ptr(qp.k_rope)),
             Arg::P(env.ptr(node.inputs[3])),
             Arg::P(env.ptr(qr.outputs[0])),
             Arg::P(env.ptr(kr.outputs[0])),
             Arg::P(env.ptr(node.inputs[kc])),
             Arg::P(env.ptr(node.inputs[kc + 1])),
-            u(p.n_heads)?,
+            u(nh)?,
             u(p.n_kv_heads)?,
             u(p.head_dim)?,
             u(rp.rot / 2)?,

@@ -13,8 +13,10 @@
 //! - at one input row, a K = 4 `ConvStep` that is the only reader of a `qgemv4_*` group's
 //!   first output (the DeltaNet qkv projection) runs in that launch's epilogue (`QConv` in
 //!   `hip/qmatmul.hip`), so its `conv_step` launch goes;
-//! - with `DELTASPEC_HIP_QK_PREP=1`, an attention node's q/k `RmsNorm` → `Rope` chains (the
-//!   wgpu backend's `qk_prep` pattern) and its cache write run as one `qk_prep` launch;
+//! - an attention node's q/k `RmsNorm` → `Rope` chains (the wgpu backend's `qk_prep` pattern)
+//!   and its cache write run as one `qk_prep` launch: by default only where nothing reads the
+//!   node's output (the drafters' context appends, keys alone), every node with
+//!   `DELTASPEC_HIP_QK_PREP=1` ([`QkPrepMode`]);
 //! - a norm or DynConv whose output feeds an int8 matmul writes the int8 rows itself
 //!   (`*_rms_norm_q8`, `dyn_conv_q8[f]`, [`q8_out`]), so that matmul's quantize launch goes.
 //!
@@ -34,9 +36,9 @@
 
 use super::kernels::{self, weight_kernel};
 use super::lower::{self, Arg, Env, blocks, launch, u32_arg};
-use super::{HipBackend, NormQ8};
+use super::{HipBackend, NormQ8, QkPrepMode};
 use crate::backend::BackendError;
-use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits};
+use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits, QkPrep};
 use crate::graph::{Graph, Node, Op};
 
 pub(super) use fuse::extra_uses;
@@ -119,11 +121,16 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         });
     }
     for (a, qp) in found.qk_prep.iter().enumerate() {
+        let on = |qp: &QkPrep| match be.qk_prep {
+            QkPrepMode::All => true,
+            QkPrepMode::KeysOnly => qp.q.is_none(),
+            QkPrepMode::Off => false,
+        };
         if let Some(qp) = *qp
-            && be.qk_prep
+            && on(&qp)
             && qk_preppable(g, a)
         {
-            for n in [qp.q_norm, qp.k_norm, qp.q_rope, qp.k_rope] {
+            for n in qp.nodes() {
                 f.folded[n] = true;
             }
             f.qk_prep[a] = Some(qp);

@@ -175,11 +175,9 @@ pub struct HipBackend {
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
     /// steps 6.52 / 6.38 / 6.36 ms on against 6.50 / 6.94 / 6.49 off (3 interleaved rounds).
     conv_fold: bool,
-    /// An attention layer's q/k norms, ropes and cache write as one `qk_prep` launch instead
-    /// of five ([`fused`]); `DELTASPEC_HIP_QK_PREP=1` turns it on. H200 (docs/perf.md, session
-    /// 14): `qk_prep` 5.6 µs against ~11.7 for the five; 27B steps 6.33 / 6.38 / 6.44 ms on
-    /// against 6.40 / 6.65 / 6.35 off, inside the spread, so off by default until more rounds.
-    qk_prep: bool,
+    /// Which attention layers run their q/k norms, ropes and cache write as one `qk_prep`
+    /// launch ([`fused`], [`QkPrepMode`]); `DELTASPEC_HIP_QK_PREP=1` for all, `=0` for none.
+    qk_prep: QkPrepMode,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
     unfused_wide_tiles: &'static [u32],
@@ -276,6 +274,19 @@ pub enum NormQ8 {
     All,
 }
 
+/// Which attention nodes run their q/k preparation as one `qk_prep` launch ([`fused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkPrepMode {
+    Off,
+    /// Only nodes whose output nothing reads (the drafters' context appends): their key norm,
+    /// rope and cache write become one launch instead of three, no arithmetic added.
+    KeysOnly,
+    /// Every attention node. H200 (docs/perf.md, session 14): `qk_prep` 5.6 µs against ~11.7
+    /// for the five launches it replaces; 27B steps 6.33 / 6.38 / 6.44 ms on against 6.40 /
+    /// 6.65 / 6.35 off, inside the spread, so not the default until more rounds.
+    All,
+}
+
 const ALIGN: usize = 256;
 /// Default fewest input rows of the matrix-core int8 GEMV (see `HipBackend::qmma_min_rows`).
 const QMMA_MIN_ROWS: usize = 5;
@@ -341,7 +352,11 @@ impl HipBackend {
             },
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
-            qk_prep: std::env::var("DELTASPEC_HIP_QK_PREP").is_ok_and(|v| v == "1"),
+            qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
+                Ok("1") => QkPrepMode::All,
+                Ok("0") => QkPrepMode::Off,
+                _ => QkPrepMode::KeysOnly,
+            },
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],
                 Ok("narrow") => &[8, 16],
@@ -762,10 +777,10 @@ impl HipBackend {
         self.conv_fold = on;
     }
 
-    /// Whether attention layers prepare q/k and write their caches in one launch (see
+    /// Which attention layers prepare q/k and write their caches in one launch (see
     /// [`fused`]), for graphs compiled afterwards.
-    pub fn set_qk_prep(&mut self, on: bool) {
-        self.qk_prep = on;
+    pub fn set_qk_prep(&mut self, mode: QkPrepMode) {
+        self.qk_prep = mode;
     }
 
     /// Int8 GEMV tiles left unfused where their unfused kernel is wide (see [`fused`]), for

@@ -77,10 +77,27 @@ pub struct Fusion {
 /// `RmsNorm` → `Rope` of its queries and of its keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QkPrep {
-    pub q_norm: usize,
+    /// The queries' `(RmsNorm, Rope)`; `None` when nothing reads the attention's output (the
+    /// drafters' context appends: zero queries, run only for their cache writes): then only
+    /// the keys are prepared, by a launch with no query heads.
+    pub q: Option<(usize, usize)>,
     pub k_norm: usize,
-    pub q_rope: usize,
     pub k_rope: usize,
+}
+
+impl QkPrep {
+    /// The nodes the preparation replaces.
+    pub fn nodes(&self) -> Vec<usize> {
+        let mut n = vec![self.k_norm, self.k_rope];
+        n.extend(self.q.iter().flat_map(|&(a, b)| [a, b]));
+        n
+    }
+
+    /// The `(RmsNorm, Rope)` nodes whose parameters the launch takes: the queries', or the
+    /// keys' when only keys are prepared (the two agree when both are folded).
+    pub fn params(&self) -> (usize, usize) {
+        self.q.unwrap_or((self.k_norm, self.k_rope))
+    }
 }
 
 impl Fusion {
@@ -297,7 +314,7 @@ pub fn find(g: &Graph, lim: &Limits) -> Fusion {
     // RmsNorm → Rope of the queries and of the keys → attention.
     for a in 0..g.nodes.len() {
         if let Some(qp) = qk_prep(g, &rd, &is_output, a, lim) {
-            for n in [qp.q_norm, qp.k_norm, qp.q_rope, qp.k_rope] {
+            for n in qp.nodes() {
                 f.folded[n] = true;
             }
             f.qk_prep[a] = Some(qp);
@@ -333,13 +350,21 @@ fn qk_prep(
         };
         (rd[t.index()].len() == 1 && !is_output(t) && op(&g.nodes[node].op)).then_some(node)
     };
-    let rope = |t| sole(t, |o| matches!(o, Op::Rope(_)));
-    let norm = |t| sole(t, |o| matches!(o, Op::RmsNorm { .. }));
-    let (q_rope, k_rope) = (rope(nd.inputs[0])?, rope(nd.inputs[1])?);
-    let (q_norm, k_norm) = (
-        norm(g.nodes[q_rope].inputs[0])?,
-        norm(g.nodes[k_rope].inputs[0])?,
-    );
+    let chain = |t| {
+        let r = sole(t, |o| matches!(o, Op::Rope(_)))?;
+        Some((
+            sole(g.nodes[r].inputs[0], |o| matches!(o, Op::RmsNorm { .. }))?,
+            r,
+        ))
+    };
+    let (k_norm, k_rope) = chain(nd.inputs[1])?;
+    let q = match chain(nd.inputs[0]) {
+        Some(q) => Some(q),
+        // Queries nobody sees (the output is unread): prepare the keys alone.
+        None if g.unread(nd.outputs[0]) => None,
+        None => return None,
+    };
+    let (q_norm, q_rope) = q.unwrap_or((k_norm, k_rope));
     let same_rope = g.nodes[q_rope].op == g.nodes[k_rope].op
         && g.nodes[q_rope].inputs[1] == g.nodes[k_rope].inputs[1];
     let same_eps = g.nodes[q_norm].op == g.nodes[k_norm].op;
@@ -349,9 +374,8 @@ fn qk_prep(
         w.kind == TensorKind::Weight && w.numel() == hd
     };
     (same_rope && same_eps && whole(q_norm) && whole(k_norm)).then_some(QkPrep {
-        q_norm,
+        q,
         k_norm,
-        q_rope,
         k_rope,
     })
 }
@@ -372,7 +396,8 @@ pub fn extra_uses(g: &Graph, f: &Fusion) -> Vec<(TensorId, usize)> {
     // The q/k preparation reads the norms' inputs at the attention node.
     for (a, qp) in f.qk_prep.iter().enumerate() {
         if let Some(qp) = qp {
-            for n in [qp.q_norm, qp.k_norm] {
+            let norms = [Some(qp.k_norm), qp.q.map(|(n, _)| n)];
+            for n in norms.into_iter().flatten() {
                 extra.push((g.nodes[n].inputs[0], a));
             }
         }
@@ -485,6 +510,59 @@ mod tests {
         for t in [a, gt] {
             assert!(extra.contains(&(t, idx(m2))), "{}", g.tensor(t).name);
             assert_ne!(slot(t), slot(m2), "{}", g.tensor(t).name);
+        }
+    }
+
+    /// Queries and keys each `Rope(RmsNorm(x))`: both fold. Raw queries: the keys fold alone
+    /// when nothing reads the attention's output, and nothing folds when something does.
+    #[test]
+    fn qk_prep_folds_keys_alone_only_for_unread_outputs() {
+        for (q_chain, read) in [(true, true), (false, false), (false, true)] {
+            let mut b = GraphBuilder::new();
+            let (nh, nkv, hd) = (4, 2, 16);
+            let q = b.input("q", DType::F32, &[3, nh, hd]).unwrap();
+            let k = b.input("k", DType::F32, &[3, nkv, hd]).unwrap();
+            let v = b.input("v", DType::F32, &[3, nkv, hd]).unwrap();
+            let pos = b.input("pos", DType::I32, &[3]).unwrap();
+            let w = b.weight("n", DType::F32, &[hd]).unwrap();
+            let kc = b.state("kc", &[8, nkv, hd]).unwrap();
+            let vc = b.state("vc", &[8, nkv, hd]).unwrap();
+            let q = if q_chain {
+                let q = b.rms_norm(q, w, 1e-6).unwrap();
+                b.rope(q, pos, 8, 1e4).unwrap()
+            } else {
+                q
+            };
+            let kn = b.rms_norm(k, w, 1e-6).unwrap();
+            let kr = b.rope(kn, pos, 8, 1e4).unwrap();
+            let p = crate::graph::AttnParams {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: 0.25,
+            };
+            let o = b.attention_non_causal(p, 0, q, kr, v, pos, kc, vc).unwrap();
+            if read {
+                b.output("o", o).unwrap();
+            }
+            let g = b.build();
+            let f = find(&g, &LIM);
+            let node = |t: TensorId| match g.tensor(t).kind {
+                TensorKind::Node { node, .. } => node,
+                _ => unreachable!(),
+            };
+            let a = node(o);
+            let got = f.qk_prep[a];
+            match (q_chain, read) {
+                (true, _) => assert_eq!(got.and_then(|qp| qp.q).map(|(_, r)| r), Some(node(q))),
+                (false, false) => {
+                    let qp = got.expect("keys alone fold");
+                    assert_eq!((qp.q, qp.k_norm, qp.k_rope), (None, node(kn), node(kr)));
+                    assert_eq!(qp.params(), (node(kn), node(kr)));
+                    assert!(f.folded[node(kn)] && f.folded[node(kr)]);
+                }
+                (false, true) => assert_eq!(got, None),
+            }
         }
     }
 

@@ -680,7 +680,9 @@ impl Ctx<'_> {
                         wgroups,
                     ),
                 }
-                if fin {
+                if self.g.unread(outs[0]) {
+                    // Run only for the cache writes (the drafters' context appends).
+                } else if fin {
                     let b = q8_binds(self);
                     self.step(key(fin, "attn"), params, b, [u(splits)?, u(nh)?, u(t)?]);
                 } else {
@@ -834,12 +836,14 @@ impl Ctx<'_> {
         let u = |v: usize| {
             u32::try_from(v).map_err(|_| unsupported(op, format!("size {v} exceeds u32")))
         };
-        let (Op::RmsNorm { eps }, Op::Rope(rp)) = (&g.nodes[qp.q_norm].op, &g.nodes[qp.q_rope].op)
-        else {
+        let (qn, qr) = qp.params();
+        let (Op::RmsNorm { eps }, Op::Rope(rp)) = (&g.nodes[qn].op, &g.nodes[qr].op) else {
             return Err(unsupported(op, "q/k preparation of other ops"));
         };
         let qs = &g.tensor(q_out).shape;
-        let (t, nh, hd) = (qs[0], qs[1], qs[2]);
+        // Keys alone: no query workgroups (`q_out`, the unread queries, is bound, not written).
+        let nh = if qp.q.is_some() { qs[1] } else { 0 };
+        let (t, hd) = (qs[0], qs[2]);
         let nkv = g.tensor(g.nodes[qp.k_rope].outputs[0]).shape[1];
         let cap = g.tensor(kc).shape[0];
         let mut freqs = rp.inv_freq();
@@ -848,7 +852,7 @@ impl Ctx<'_> {
         }
         self.out.aux.push(bytemuck::cast_slice(&freqs).to_vec());
         let f = Res::Aux(self.out.aux.len() - 1);
-        let (qn, kn) = (&g.nodes[qp.q_norm], &g.nodes[qp.k_norm]);
+        let (qn, kn) = (&g.nodes[qn], &g.nodes[qp.k_norm]);
         let (qw, qwt) = self.whole(op, qn.inputs[1])?;
         let (kw, kwt) = self.whole(op, kn.inputs[1])?;
         let binds = vec![
@@ -857,7 +861,7 @@ impl Ctx<'_> {
             self.res(v),
             qw,
             kw,
-            self.res(g.nodes[qp.q_rope].inputs[1]),
+            self.res(g.nodes[qr].inputs[1]),
             self.res(kpos),
             f,
             self.res(q_out),
