@@ -220,6 +220,9 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 //#endif
 }
 
+// Split weights exp(m_s − max) of combine: at most 32 splits (lower.rs clamps them).
+var<workgroup> cw: array<f32, 32>;
+
 @compute @workgroup_size(WG)
 fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let nh = pu(1u);
@@ -232,20 +235,180 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     for (var s = 0u; s < splits; s++) {
         mx = max(mx, Part[(pb + s) * (hd + 2u) + hd]);
     }
+    // Each split's weight once (not once per output value, behind serial loads).
+    for (var s = tid; s < splits; s += WG) {
+        cw[s] = exp(Part[(pb + s) * (hd + 2u) + hd] - mx);
+    }
+    workgroupBarrier();
     var l = 0.0;
     for (var s = 0u; s < splits; s++) {
-        let po = (pb + s) * (hd + 2u);
-        l += Part[po + hd + 1u] * exp(Part[po + hd] - mx);
+        l += Part[(pb + s) * (hd + 2u) + hd + 1u] * cw[s];
     }
     for (var d = tid; d < hd; d += WG) {
         var acc = 0.0;
         for (var s = 0u; s < splits; s++) {
-            let po = (pb + s) * (hd + 2u);
-            acc += Part[po + d] * exp(Part[po + hd] - mx);
+            acc += Part[(pb + s) * (hd + 2u) + d] * cw[s];
         }
         put((t * nh + h) * hd + d, d, select(0.0, acc / l, l > 0.0));
     }
 //#if Q8
     q8_row((t * nh + h) * hd, hd, tid);
 //#endif
+}
+
+// attn_nc: non-causal attention of a block of queries (mode 1 without Q8: the drafters'
+// blocks of B rows over their context). `attn` gives every (query, head) its own workgroup,
+// whose threads each walk one key row's hd values: 32 rows a warp load, re-read by all
+// T · nh / nkv queries of a kv head (on an H100, 27B DFlash2 drafter: ~650 µs a layer at 1024
+// context rows). Here a workgroup owns one kv head, NC_Q of the T·G query vectors sharing it
+// (qi = t·G + g, head kvh·G + g; G = nh / nkv) and one split of the keys, and stages NC_KT key
+// rows at a time in workgroup memory with coalesced loads, once for all of them.
+// Scores: thread (i, k) = (tid / NC_KT, tid % NC_KT) dots query i with key k, d = 0 .. hd in
+// order (rows padded by one float so a warp's keys hit distinct banks). Softmax: online per
+// query, kept by threads tid < NC_Q. Values: thread (r, d) = (tid / HD_MAX, tid % HD_MAX)
+// accumulates dim d of queries r·NC_QPT .. (r + 1)·NC_QPT − 1 over the tile's weights.
+// Keys: split s takes its share of the union of the queries' ranges; each query masks the
+// keys outside its own (visible). Output as attn: normalised (FINAL), else partials.
+const NC_WG: u32 = 256u;
+const NC_Q: u32 = 16u;
+const NC_KT: u32 = 16u;
+const NC_HP: u32 = HD_MAX + 1u;
+const NC_R: u32 = NC_WG / HD_MAX;
+const NC_QPT: u32 = (NC_Q + NC_R - 1u) / NC_R;
+
+var<workgroup> nc_q: array<f32, NC_Q * NC_HP>;
+var<workgroup> nc_k: array<f32, NC_KT * NC_HP>;
+var<workgroup> nc_p: array<f32, NC_Q * NC_KT>;
+var<workgroup> nc_c: array<f32, NC_Q>;
+var<workgroup> nc_ml: array<vec2<f32>, NC_Q>;
+
+@compute @workgroup_size(NC_WG)
+fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let nh = pu(1u);
+    let nkv = pu(2u);
+    let hd = pu(3u);
+    let splits = pu(5u);
+    let scale = pf(6u);
+    let split = wid.x;
+    let kvh = wid.y;
+    let g = nh / nkv;
+    let nq = pu(0u) * g;
+    let q0 = wid.z * NC_Q;
+    let row = nkv * hd;
+    let koff = kvh * hd;
+    // The union of the queries' ranges and this split's part of it.
+    var lo = pu(4u);
+    var hi = 0u;
+    for (var t = 0u; t < pu(0u); t++) {
+        let v = visible(t);
+        if v.y > v.x {
+            lo = min(lo, v.x);
+            hi = max(hi, v.y);
+        }
+    }
+    let n = select(0u, hi - lo, hi > lo);
+    let chunk = (n + splits - 1u) / splits;
+    let j0 = lo + min(n, split * chunk);
+    let j1 = min(lo + n, j0 + chunk);
+    // The scoring query's own range.
+    let si = tid / NC_KT;
+    let sk = tid % NC_KT;
+    var svis = vec2<u32>(0u, 0u);
+    if q0 + si < nq {
+        svis = visible((q0 + si) / g);
+    }
+    for (var e = tid; e < NC_Q * hd; e += NC_WG) {
+        let i = e / hd;
+        let d = e % hd;
+        let qi = q0 + i;
+        var v = 0.0;
+        if qi < nq {
+            v = Q[((qi / g) * nh + kvh * g + qi % g) * hd + d];
+        }
+        nc_q[i * NC_HP + d] = v;
+    }
+    if tid < NC_Q {
+        nc_ml[tid] = vec2<f32>(NEG, 0.0);
+    }
+    let vr = tid / HD_MAX;
+    let vd = tid % HD_MAX;
+    var acc: array<f32, NC_QPT>;
+    for (var jt = j0; jt < j1; jt += NC_KT) {
+        let kn = min(NC_KT, j1 - jt);
+        workgroupBarrier();
+        for (var e = tid; e < NC_KT * hd; e += NC_WG) {
+            let kk = e / hd;
+            let d = e % hd;
+            var v = 0.0;
+            if kk < kn {
+                v = KC[(jt + kk) * row + koff + d];
+            }
+            nc_k[kk * NC_HP + d] = v;
+        }
+        workgroupBarrier();
+        let j = jt + sk;
+        var s = NEG;
+        if sk < kn && j >= svis.x && j < svis.y {
+            var dot = 0.0;
+            for (var d = 0u; d < hd; d++) {
+                dot += nc_q[si * NC_HP + d] * nc_k[sk * NC_HP + d];
+            }
+            s = dot * scale;
+        }
+        nc_p[tid] = s;
+        workgroupBarrier();
+        if tid < NC_Q {
+            let ml = nc_ml[tid];
+            var mx = NEG;
+            for (var k = 0u; k < kn; k++) {
+                mx = max(mx, nc_p[tid * NC_KT + k]);
+            }
+            let m_new = max(ml.x, mx);
+            let c = exp(ml.x - m_new);
+            var ls = 0.0;
+            for (var k = 0u; k < kn; k++) {
+                let sv = nc_p[tid * NC_KT + k];
+                let w = select(0.0, exp(sv - m_new), sv > NEG);
+                nc_p[tid * NC_KT + k] = w;
+                ls += w;
+            }
+            nc_c[tid] = c;
+            nc_ml[tid] = vec2<f32>(m_new, ml.y * c + ls);
+        }
+        workgroupBarrier();
+        if vr < NC_R && vd < hd {
+            for (var q = 0u; q < NC_QPT; q++) {
+                let i = vr * NC_QPT + q;
+                if i < NC_Q {
+                    var a = acc[q] * nc_c[i];
+                    for (var k = 0u; k < kn; k++) {
+                        a += nc_p[i * NC_KT + k] * VC[(jt + k) * row + koff + vd];
+                    }
+                    acc[q] = a;
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    if vr < NC_R && vd < hd {
+        for (var q = 0u; q < NC_QPT; q++) {
+            let i = vr * NC_QPT + q;
+            let qi = q0 + i;
+            if i < NC_Q && qi < nq {
+                let t = qi / g;
+                let h = kvh * g + qi % g;
+                let ml = nc_ml[i];
+//#if FINAL
+                Out[(t * nh + h) * hd + vd] = select(0.0, acc[q] / ml.y, ml.y > 0.0);
+//#else
+                let po = ((t * nh + h) * splits + split) * (hd + 2u);
+                Part[po + vd] = acc[q];
+                if vd == 0u {
+                    Part[po + hd] = ml.x;
+                    Part[po + hd + 1u] = ml.y;
+                }
+//#endif
+            }
+        }
+    }
 }

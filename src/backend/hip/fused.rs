@@ -14,9 +14,9 @@
 //!   first output (the DeltaNet qkv projection) runs in that launch's epilogue (`QConv` in
 //!   `hip/qmatmul.hip`), so its `conv_step` launch goes;
 //! - an attention node's q/k `RmsNorm` → `Rope` chains (the wgpu backend's `qk_prep` pattern)
-//!   and its cache write run as one `qk_prep` launch: by default only where nothing reads the
-//!   node's output (the drafters' context appends, keys alone), every node with
-//!   `DELTASPEC_HIP_QK_PREP=1` ([`QkPrepMode`]);
+//!   and its cache write run as one `qk_prep` launch; a node whose output nothing reads (the
+//!   drafters' context appends) prepares its keys alone ([`QkPrepMode`]:
+//!   `DELTASPEC_HIP_QK_PREP=keys` only those, `=0` none);
 //! - a norm or DynConv whose output feeds an int8 matmul writes the int8 rows itself
 //!   (`*_rms_norm_q8`, `dyn_conv_q8[f]`, [`q8_out`]), so that matmul's quantize launch goes.
 //!

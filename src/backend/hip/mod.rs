@@ -176,7 +176,8 @@ pub struct HipBackend {
     /// steps 6.52 / 6.38 / 6.36 ms on against 6.50 / 6.94 / 6.49 off (3 interleaved rounds).
     conv_fold: bool,
     /// Which attention layers run their q/k norms, ropes and cache write as one `qk_prep`
-    /// launch ([`fused`], [`QkPrepMode`]); `DELTASPEC_HIP_QK_PREP=1` for all, `=0` for none.
+    /// launch ([`fused`], [`QkPrepMode`]): all by default; `DELTASPEC_HIP_QK_PREP=keys` only
+    /// the drafters' context appends, `=0` none.
     qk_prep: QkPrepMode,
     /// Int8 GEMV tiles whose groups stay unfused where the unfused kernel is a wide variant
     /// (see [`fused`]): `[16]` by default; `DELTASPEC_HIP_FUSION=narrow`: `[8, 16]`, `=all`: none.
@@ -281,9 +282,11 @@ pub enum QkPrepMode {
     /// Only nodes whose output nothing reads (the drafters' context appends): their key norm,
     /// rope and cache write become one launch instead of three, no arithmetic added.
     KeysOnly,
-    /// Every attention node. H200 (docs/perf.md, session 14): `qk_prep` 5.6 µs against ~11.7
-    /// for the five launches it replaces; 27B steps 6.33 / 6.38 / 6.44 ms on against 6.40 /
-    /// 6.65 / 6.35 off, inside the spread, so not the default until more rounds.
+    /// Every attention node (the default). H200 (docs/perf.md, session 14): `qk_prep` 5.6 µs
+    /// against ~11.7 for the five launches it replaces. H100 (session 26), 3 interleaved
+    /// rounds against `KeysOnly`: 27B 1-row steps 7.094 / 7.103 / 7.128 ms against 7.133 /
+    /// 7.139 / 7.132, 8-row 11.027 / 11.074 / 11.022 against 11.081 / 11.084 / 11.450, DFlash2
+    /// drafter steps 1.735 / 1.744 / 1.729 against 1.751 / 1.754 / 1.756.
     All,
 }
 
@@ -353,9 +356,9 @@ impl HipBackend {
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
-                Ok("1") => QkPrepMode::All,
+                Ok("keys") => QkPrepMode::KeysOnly,
                 Ok("0") => QkPrepMode::Off,
-                _ => QkPrepMode::KeysOnly,
+                _ => QkPrepMode::All,
             },
             unfused_wide_tiles: match std::env::var("DELTASPEC_HIP_FUSION").as_deref() {
                 Ok("all") => &[],

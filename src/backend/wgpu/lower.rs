@@ -125,6 +125,10 @@ pub struct Caps {
     pub norm_q8: bool,
     /// Re-laid weight types and the IQ4_XS lookup: flags of every weight kernel.
     pub weight_kernels: shaders::WeightKernels,
+    /// Workgroup memory one dispatch may use (bytes).
+    pub wg_mem: u32,
+    /// Non-causal attention on `attn_nc` where it fits (`DELTASPEC_WGPU_ATTN_NC=0`: off).
+    pub attn_nc: bool,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -150,6 +154,8 @@ pub(super) struct Ctx<'g> {
     pub coop: bool,
     norm_q8: bool,
     weight_kernels: shaders::WeightKernels,
+    /// Workgroup memory `attn_nc` may use (0: the kernel is off).
+    attn_nc_mem: u32,
     pub q8: Option<Q8Buf>,
     /// A second pair of int8 buffers, written by GEMVs that quantize their own output (QOUT)
     /// while they read their input from the first pair.
@@ -614,7 +620,24 @@ impl Ctx<'_> {
                 let cap = shape(ins[kc])[0];
                 let (nh, nkv, hd) = (ap.n_heads, ap.n_kv_heads, ap.head_dim);
                 self.check_input(ins[3], cap, "position");
-                let splits = cap.div_ceil(256).clamp(1, 32);
+                // The output times its gate quantized for o_proj by the kernel writing it.
+                let gq8 = if self.int8 && hd.is_multiple_of(32) {
+                    self.gated_int8_reader(outs[0])
+                } else {
+                    None
+                };
+                // Non-causal blocks share each kv head's key rows in `attn_nc`.
+                let nc = mode == 1
+                    && gq8.is_none()
+                    && nkv > 0
+                    && nh.is_multiple_of(nkv)
+                    && shaders::attn_nc_fits(hd, self.attn_nc_mem);
+                let splits = if nc {
+                    // Its workgroups own a kv head each, not a query: more splits fill the GPU.
+                    cap.div_ceil(64).clamp(1, 32)
+                } else {
+                    cap.div_ceil(256).clamp(1, 32)
+                };
                 let fin = splits == 1;
                 let part = self.scratch(if fin {
                     0
@@ -651,12 +674,6 @@ impl Ctx<'_> {
                     return Err(unsupported(op, "too many heads or tokens for the grid"));
                 }
                 let hd32 = u(hd)?;
-                // The output times its gate quantized for o_proj by the kernel writing it.
-                let gq8 = if self.int8 && hd.is_multiple_of(32) {
-                    self.gated_int8_reader(outs[0])
-                } else {
-                    None
-                };
                 let q8_binds = |cx: &mut Self| -> Vec<Res> {
                     let mut b = binds.clone();
                     if let Some((gate, n, k)) = gq8 {
@@ -682,6 +699,22 @@ impl Ctx<'_> {
                 }
                 if self.g.unread(outs[0]) {
                     // Run only for the cache writes (the drafters' context appends).
+                } else if nc {
+                    let qg = (t * (nh / nkv)).div_ceil(shaders::ATTN_NC_Q as usize);
+                    self.step(
+                        shaders::attn_key(hd32, fin, "attn_nc", false),
+                        params,
+                        binds.clone(),
+                        [u(splits)?, u(nkv)?, u(qg)?],
+                    );
+                    if !fin {
+                        self.step(
+                            key(fin, "combine"),
+                            params,
+                            binds.clone(),
+                            [u(nh)?, u(t)?, 1],
+                        );
+                    }
                 } else if fin {
                     let b = q8_binds(self);
                     self.step(key(fin, "attn"), params, b, [u(splits)?, u(nh)?, u(t)?]);
@@ -921,6 +954,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         coop: caps.coop,
         norm_q8: caps.int8 && caps.norm_q8,
         weight_kernels: caps.weight_kernels.clone(),
+        attn_nc_mem: if caps.attn_nc { caps.wg_mem } else { 0 },
         q8: None,
         q8_out: None,
         qout_scratch: None,

@@ -68,9 +68,11 @@ pub struct WgpuOptions {
     pub norm_q8: Option<bool>,
     /// Weight types re-laid at upload into a layout their kernels read with 16-byte loads
     /// ([`relayout::LAYOUTS`]: IQ4_XS in block pairs, Q8_0 in groups of 8). `None`: the types
-    /// named by `DELTASPEC_WGPU_RELAYOUT` (comma-separated, or `all`); none by default: on the
-    /// H200 the IQ4_XS pairs were even with the ggml layout (8-layer step 2.05 against 2.04 ms)
-    /// and the Q8_0 groups lost (3.3 against 2.0 ms; session 18).
+    /// named by `DELTASPEC_WGPU_RELAYOUT` (comma-separated, `all` or `none`); unset: Q8_0 only.
+    /// H100, 27B Q8_0 step (docs/perf.md, session 26), 2 interleaved rounds: re-laid 13.525 /
+    /// 13.499 ms against 13.825 / 13.835 (0.70 × the copy roofline against 0.68 ×). On the H200
+    /// the IQ4_XS pairs were even with the ggml layout (8-layer step 2.05 against 2.04 ms;
+    /// session 18), so IQ4_XS stays in the ggml layout.
     pub relayout: Option<Vec<DType>>,
     /// Widest matmul input (rows) on the int8 path; wider inputs take the f32 tiled kernel.
     /// `None`: `DELTASPEC_WGPU_INT8_MAX_N`, else [`shaders::INT8_MAX_N`] (every width). A wide
@@ -118,7 +120,10 @@ impl WgpuOptions {
         if let Some(v) = &self.relayout {
             return Ok(v.clone());
         }
-        parse_relayout(&std::env::var("DELTASPEC_WGPU_RELAYOUT").unwrap_or_default())
+        match std::env::var("DELTASPEC_WGPU_RELAYOUT") {
+            Ok(v) => parse_relayout(&v),
+            Err(_) => Ok(vec![DType::Q8_0]),
+        }
     }
 
     /// The IQ4_XS grid lookup (the option, else the environment).
@@ -902,6 +907,8 @@ impl Backend for WgpuBackend {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
             weight_kernels: self.wk.clone(),
+            wg_mem: self.gpu.limits.max_compute_workgroup_storage_size,
+            attn_nc: std::env::var_os("DELTASPEC_WGPU_ATTN_NC").is_none_or(|v| v != "0"),
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

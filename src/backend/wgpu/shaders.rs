@@ -711,6 +711,19 @@ pub fn attn_key(hd: u32, fin: bool, entry: &'static str, tree: bool) -> ShaderKe
         .flag_if(tree, "TREE")
 }
 
+/// Query vectors and key rows of one `attn_nc` tile (`NC_Q`, `NC_KT` in `attention.wgsl`).
+pub const ATTN_NC_Q: u32 = 16;
+const ATTN_NC_KT: u32 = 16;
+
+/// Whether `attention.wgsl`'s `attn_nc` takes heads of `hd` within `wg_mem` bytes of workgroup
+/// memory: its value pass needs `hd ≤ 256` threads a query, its tiles
+/// `(NC_Q + NC_KT)·(hd + 1) + NC_Q·NC_KT + 3·NC_Q` floats.
+pub fn attn_nc_fits(hd: usize, wg_mem: u32) -> bool {
+    let (q, kt) = (ATTN_NC_Q as usize, ATTN_NC_KT as usize);
+    let floats = (q + kt) * (hd + 1) + q * kt + 3 * q;
+    (1..=256).contains(&hd) && floats * 4 <= wg_mem as usize
+}
+
 /// The attention q/k preparation (`qkprep.wgsl`) for heads of `hd` and norm weights of
 /// types `qw`, `kw`.
 pub fn qk_prep_key(hd: u32, qw: DType, kw: DType) -> ShaderKey {
