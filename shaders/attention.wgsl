@@ -1,7 +1,7 @@
 // GQA attention over a KV cache (rows [cap, nkv, hd]), causal or not.
 // `write_kv` stores the new k/v rows at their positions. `attn` runs one workgroup per
 // (split, head, token): the split takes its share of the keys 0 ..= pos[t], scores WG keys at
-// a time into workgroup memory and keeps an online softmax (running max m, sum l, output o
+// a time (their rows staged in workgroup memory) and keeps an online softmax (running max m, sum l, output o
 // with HD_PT dims per thread). With one split (FINAL) it writes o / l; otherwise it writes
 // (o, m, l) to the partial buffer and `combine` merges the splits.
 // Params: 0 T, 1 nh, 2 nkv, 3 hd, 4 cap, 5 splits, 6 scale (f32), 7 write_kv threads per grid
@@ -80,6 +80,9 @@ const NEG: f32 = -3.0e38;
 
 var<workgroup> qsh: array<f32, HD_MAX>;
 var<workgroup> sc: array<f32, WG>;
+// Dims of the key rows staged at a time by attn (rows padded by one: distinct banks).
+const KS: u32 = 32u;
+var<workgroup> ksl: array<f32, WG * (KS + 1u)>;
 
 // The cache rows lo .. hi query t sees, clamped to the cache. Causal (mode 0): 0 ..= pos[t].
 // Non-causal (mode 1): 0 ..= max(pos), within |pos[t] − j| ≤ window when window > 0.
@@ -156,14 +159,32 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var o: array<f32, HD_PT>;
     for (var base = j0; base < j1; base += WG) {
         let cnt = min(WG, j1 - base);
-        var s = NEG;
         let ok = tid < cnt && sees(t, base + tid);
-        if ok {
-            let ko = (base + tid) * row + koff;
-            var acc = 0.0;
-            for (var d = 0u; d < hd; d++) {
-                acc += qsh[d] * KC[ko + d];
+        // Thread tid scores key base + tid. The tile's rows are staged KS dims at a time with
+        // coalesced loads (a thread walking its own row issued 32 rows a warp load, serially,
+        // from L2); the sum runs over d = 0 .. hd in order as before.
+        var acc = 0.0;
+        for (var d0 = 0u; d0 < hd; d0 += KS) {
+            let dn = min(KS, hd - d0);
+            workgroupBarrier();
+            for (var e = tid; e < WG * KS; e += WG) {
+                let kk = e / KS;
+                let dd = e % KS;
+                var v = 0.0;
+                if kk < cnt && dd < dn {
+                    v = KC[(base + kk) * row + koff + d0 + dd];
+                }
+                ksl[kk * (KS + 1u) + dd] = v;
             }
+            workgroupBarrier();
+            if ok {
+                for (var dd = 0u; dd < dn; dd++) {
+                    acc += qsh[d0 + dd] * ksl[tid * (KS + 1u) + dd];
+                }
+            }
+        }
+        var s = NEG;
+        if ok {
             s = acc * scale;
         }
         sc[tid] = s;

@@ -315,6 +315,8 @@ fn sel_cases() -> Vec<(Case, SelData)> {
         // Odd sizes, f16 codebooks (gathered through Embed), k = 5.
         sel_case(11, 2, 5, 23, 97, 9, 5, DType::F16),
         sel_case(12, 1, 1, 8, 31, 4, 1, DType::BF16),
+        // More candidates than one pass of the wgpu walk scores (16), with a partial last pass.
+        sel_case(13, 2, 4, 24, 200, 37, 40, DType::F32),
     ]
 }
 
