@@ -115,6 +115,19 @@ fn visible(t: u32) -> vec2<u32> {
     return vec2<u32>(u32(lo), u32(hi));
 }
 
+// The sizes every attention entry reads from the params.
+struct Dims {
+    nh: u32,
+    nkv: u32,
+    hd: u32,
+    splits: u32,
+    scale: f32,
+}
+
+fn dims() -> Dims {
+    return Dims(pu(1u), pu(2u), pu(3u), pu(5u), pf(6u));
+}
+
 @compute @workgroup_size(WG)
 fn write_kv(@builtin(global_invocation_id) gid: vec3<u32>) {
     let row = pu(2u) * pu(3u);
@@ -134,23 +147,19 @@ fn write_kv(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 @compute @workgroup_size(WG)
 fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let nh = pu(1u);
-    let nkv = pu(2u);
-    let hd = pu(3u);
-    let splits = pu(5u);
-    let scale = pf(6u);
+    let dm = dims();
     let split = wid.x;
     let h = wid.y;
     let t = wid.z;
-    let row = nkv * hd;
-    let koff = (h / (nh / nkv)) * hd;
+    let row = dm.nkv * dm.hd;
+    let koff = (h / (dm.nh / dm.nkv)) * dm.hd;
     let vis = visible(t);
     let n = vis.y - vis.x;
-    let chunk = (n + splits - 1u) / splits;
+    let chunk = (n + dm.splits - 1u) / dm.splits;
     let j0 = vis.x + min(n, split * chunk);
     let j1 = min(vis.y, j0 + chunk);
-    let qo = (t * nh + h) * hd;
-    for (var d = tid; d < hd; d += WG) {
+    let qo = (t * dm.nh + h) * dm.hd;
+    for (var d = tid; d < dm.hd; d += WG) {
         qsh[d] = Q[qo + d];
     }
     workgroupBarrier();
@@ -164,8 +173,8 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // coalesced loads (a thread walking its own row issued 32 rows a warp load, serially,
         // from L2); the sum runs over d = 0 .. hd in order as before.
         var acc = 0.0;
-        for (var d0 = 0u; d0 < hd; d0 += KS) {
-            let dn = min(KS, hd - d0);
+        for (var d0 = 0u; d0 < dm.hd; d0 += KS) {
+            let dn = min(KS, dm.hd - d0);
             workgroupBarrier();
             for (var e = tid; e < WG * KS; e += WG) {
                 let kk = e / KS;
@@ -185,7 +194,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         var s = NEG;
         if ok {
-            s = acc * scale;
+            s = acc * dm.scale;
         }
         sc[tid] = s;
         workgroupBarrier();
@@ -205,7 +214,7 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         l = l * alpha + ls;
         for (var q = 0u; q < HD_PT; q++) {
             let d = tid + q * WG;
-            if d < hd {
+            if d < dm.hd {
                 var acc = 0.0;
                 for (var i = 0u; i < cnt; i++) {
                     acc += sc[i] * VC[(base + i) * row + koff + d];
@@ -219,24 +228,24 @@ fn attn(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 //#if FINAL
     for (var q = 0u; q < HD_PT; q++) {
         let d = tid + q * WG;
-        if d < hd {
+        if d < dm.hd {
             put(qo + d, d, select(0.0, o[q] / l, l > 0.0));
         }
     }
 //#if Q8
-    q8_row(qo, hd, tid);
+    q8_row(qo, dm.hd, tid);
 //#endif
 //#else
-    let po = ((t * nh + h) * splits + split) * (hd + 2u);
+    let po = ((t * dm.nh + h) * dm.splits + split) * (dm.hd + 2u);
     for (var q = 0u; q < HD_PT; q++) {
         let d = tid + q * WG;
-        if d < hd {
+        if d < dm.hd {
             Part[po + d] = o[q];
         }
     }
     if tid == 0u {
-        Part[po + hd] = m;
-        Part[po + hd + 1u] = l;
+        Part[po + dm.hd] = m;
+        Part[po + dm.hd + 1u] = l;
     }
 //#endif
 }
@@ -305,18 +314,14 @@ var<workgroup> nc_ml: array<vec2<f32>, NC_Q>;
 
 @compute @workgroup_size(NC_WG)
 fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let nh = pu(1u);
-    let nkv = pu(2u);
-    let hd = pu(3u);
-    let splits = pu(5u);
-    let scale = pf(6u);
+    let dm = dims();
     let split = wid.x;
     let kvh = wid.y;
-    let g = nh / nkv;
+    let g = dm.nh / dm.nkv;
     let nq = pu(0u) * g;
     let q0 = wid.z * NC_Q;
-    let row = nkv * hd;
-    let koff = kvh * hd;
+    let row = dm.nkv * dm.hd;
+    let koff = kvh * dm.hd;
     // The union of the queries' ranges and this split's part of it.
     var lo = pu(4u);
     var hi = 0u;
@@ -328,7 +333,7 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         }
     }
     let n = select(0u, hi - lo, hi > lo);
-    let chunk = (n + splits - 1u) / splits;
+    let chunk = (n + dm.splits - 1u) / dm.splits;
     let j0 = lo + min(n, split * chunk);
     let j1 = min(lo + n, j0 + chunk);
     // The scoring query's own range.
@@ -338,13 +343,13 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     if q0 + si < nq {
         svis = visible((q0 + si) / g);
     }
-    for (var e = tid; e < NC_Q * hd; e += NC_WG) {
-        let i = e / hd;
-        let d = e % hd;
+    for (var e = tid; e < NC_Q * dm.hd; e += NC_WG) {
+        let i = e / dm.hd;
+        let d = e % dm.hd;
         let qi = q0 + i;
         var v = 0.0;
         if qi < nq {
-            v = Q[((qi / g) * nh + kvh * g + qi % g) * hd + d];
+            v = Q[((qi / g) * dm.nh + kvh * g + qi % g) * dm.hd + d];
         }
         nc_q[i * NC_HP + d] = v;
     }
@@ -357,9 +362,9 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     for (var jt = j0; jt < j1; jt += NC_KT) {
         let kn = min(NC_KT, j1 - jt);
         workgroupBarrier();
-        for (var e = tid; e < NC_KT * hd; e += NC_WG) {
-            let kk = e / hd;
-            let d = e % hd;
+        for (var e = tid; e < NC_KT * dm.hd; e += NC_WG) {
+            let kk = e / dm.hd;
+            let d = e % dm.hd;
             var v = 0.0;
             if kk < kn {
                 v = KC[(jt + kk) * row + koff + d];
@@ -371,10 +376,10 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         var s = NEG;
         if sk < kn && j >= svis.x && j < svis.y {
             var dot = 0.0;
-            for (var d = 0u; d < hd; d++) {
+            for (var d = 0u; d < dm.hd; d++) {
                 dot += nc_q[si * NC_HP + d] * nc_k[sk * NC_HP + d];
             }
-            s = dot * scale;
+            s = dot * dm.scale;
         }
         nc_p[tid] = s;
         workgroupBarrier();
@@ -397,7 +402,7 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             nc_ml[tid] = vec2<f32>(m_new, ml.y * c + ls);
         }
         workgroupBarrier();
-        if vr < NC_R && vd < hd {
+        if vr < NC_R && vd < dm.hd {
             for (var q = 0u; q < NC_QPT; q++) {
                 let i = vr * NC_QPT + q;
                 if i < NC_Q {
@@ -411,7 +416,7 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         }
     }
     workgroupBarrier();
-    if vr < NC_R && vd < hd {
+    if vr < NC_R && vd < dm.hd {
         for (var q = 0u; q < NC_QPT; q++) {
             let i = vr * NC_QPT + q;
             let qi = q0 + i;
@@ -420,13 +425,13 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
                 let h = kvh * g + qi % g;
                 let ml = nc_ml[i];
 //#if FINAL
-                Out[(t * nh + h) * hd + vd] = select(0.0, acc[q] / ml.y, ml.y > 0.0);
+                Out[(t * dm.nh + h) * dm.hd + vd] = select(0.0, acc[q] / ml.y, ml.y > 0.0);
 //#else
-                let po = ((t * nh + h) * splits + split) * (hd + 2u);
+                let po = ((t * dm.nh + h) * dm.splits + split) * (dm.hd + 2u);
                 Part[po + vd] = acc[q];
                 if vd == 0u {
-                    Part[po + hd] = ml.x;
-                    Part[po + hd + 1u] = ml.y;
+                    Part[po + dm.hd] = ml.x;
+                    Part[po + dm.hd + 1u] = ml.y;
                 }
 //#endif
             }
