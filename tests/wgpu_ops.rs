@@ -546,7 +546,9 @@ fn argmax_and_top_k() {
 fn top_k_matches_cpu_exactly() {
     let Some(mut g) = gpu() else { return };
     let mut rng = Rng::new(43);
-    for v in [300usize, 5003, 70001] {
+    // 300001: parts wider than a first-pass workgroup's registers, and (k = 64) more candidates
+    // than the merge's registers hold: the re-reading forms of both passes.
+    for v in [300usize, 5003, 70001, 300_001] {
         let x = select_case::top_k_rows(&mut rng, v);
         let mut b = B::new(5);
         let xi = b.input_f32("x", &[select_case::ROWS, v], x);

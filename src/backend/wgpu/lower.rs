@@ -813,7 +813,7 @@ impl Ctx<'_> {
                     return Err(unsupported(op, "more than 65535 rows"));
                 }
                 let k = if let Op::TopK { k } = op { *k } else { 1 };
-                let groups = w.div_ceil(4096).clamp(1, 256);
+                let groups = w.div_ceil(shaders::SELECT_CHUNK).clamp(1, 256);
                 let chunk = w.div_ceil(groups);
                 let groups = w.div_ceil(chunk);
                 let x = self.res(ins[0]);
@@ -823,7 +823,7 @@ impl Ctx<'_> {
                 };
                 if groups == 1 {
                     self.step(
-                        ShaderKey::new("select"),
+                        shaders::select_key(false, chunk),
                         p(&[u(n)?, u(w)?, 1, u(k)?, u(chunk)?]),
                         vec![x, vout, iout],
                         [1, u(n)?, 1],
@@ -832,14 +832,14 @@ impl Ctx<'_> {
                     let vp = self.scratch(n * groups * k * 4);
                     let ip = self.scratch(n * groups * k * 4);
                     self.step(
-                        ShaderKey::new("select"),
+                        shaders::select_key(false, chunk),
                         p(&[u(n)?, u(w)?, u(groups)?, u(k)?, u(chunk)?]),
                         vec![x, vp, ip],
                         [u(groups)?, u(n)?, 1],
                     );
                     let c = groups * k;
                     self.step(
-                        ShaderKey::new("select").flag("MERGE"),
+                        shaders::select_key(true, c),
                         p(&[u(n)?, u(c)?, 1, u(k)?, u(c)?]),
                         vec![vp, ip, vout, iout],
                         [1, u(n)?, 1],

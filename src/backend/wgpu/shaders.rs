@@ -642,10 +642,13 @@ pub fn all_variants(subgroups: bool) -> Vec<ShaderKey> {
                     v.push(attn_key(hd, fin, e, tree));
                 }
             }
+            v.push(attn_key(hd, fin, "attn_nc", false));
         }
     }
     for merge in [false, true] {
-        v.push(ShaderKey::new("select").flag_if(merge, "MERGE"));
+        for chunk in [SELECT_CHUNK, 1 << 20] {
+            v.push(select_key(merge, chunk));
+        }
     }
     v.push(ShaderKey::new("lse"));
     v
@@ -709,6 +712,23 @@ pub fn attn_key(hd: u32, fin: bool, entry: &'static str, tree: bool) -> ShaderKe
         .c("HD_PT", hd.div_ceil(ATTN_WG).max(1))
         .flag_if(fin, "FINAL")
         .flag_if(tree, "TREE")
+}
+
+/// Elements of a row one first-pass `select` workgroup takes (at most 256 parts a row).
+pub const SELECT_CHUNK: usize = 1024;
+/// Elements a `select` thread holds in registers (`E`).
+const SELECT_E: u32 = 16;
+
+/// `select.wgsl` for a pass over `chunk` elements a workgroup: the first pass with 64 threads
+/// (`chunk` ≤ [`SELECT_CHUNK`] fits its registers), the merge with 256 (4096 candidates do);
+/// wider chunks re-read their elements every round.
+pub fn select_key(merge: bool, chunk: usize) -> ShaderKey {
+    let wg = if merge { 256 } else { 64 };
+    ShaderKey::new("select")
+        .c("WG", wg)
+        .c("E", SELECT_E)
+        .flag_if(chunk <= (wg * SELECT_E) as usize, "REG")
+        .flag_if(merge, "MERGE")
 }
 
 /// Query vectors and key rows of one `attn_nc` tile (`NC_Q`, `NC_KT` in `attention.wgsl`).
