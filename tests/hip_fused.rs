@@ -401,25 +401,37 @@ fn conv_step_folds_into_the_one_row_projection_group() {
 /// of the keys and the cache write run as one `qk_prep` launch. The attention output and both
 /// caches equal the unfused run bit for bit over a prefill and decode steps, at head sizes of the
 /// norms' 1- and 2-pass warp forms with partial rotation; four launches go. The same for the
-/// drafters' non-causal attention (a block attending to itself and the cached rows). A node
+/// drafters' non-causal attention (a block attending to itself and the cached rows) and for a
+/// verify tree (rope positions by depth, cache rows consecutive, siblings masked). A node
 /// whose output nothing reads (a drafter's context append: raw queries, run for its cache
-/// writes) prepares its keys alone by default: the caches equal, two launches go.
+/// writes) prepares its keys alone (`QkPrepMode::KeysOnly`): the caches equal, two launches go.
 #[test]
 fn qk_preparation_runs_as_one_launch() {
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Kind {
+        Causal,
+        NonCausal,
+        Tree,
+        KeysOnly,
+    }
     let cases = [
-        (64, 16, true, false),
-        (256, 64, true, false),
-        (64, 16, false, false),
-        (64, 16, false, true),
-        (128, 64, false, true),
+        (64, 16, Kind::Causal),
+        (256, 64, Kind::Causal),
+        (64, 16, Kind::NonCausal),
+        (64, 16, Kind::Tree),
+        (64, 16, Kind::KeysOnly),
+        (128, 64, Kind::KeysOnly),
     ];
-    for (hd, rot, causal, keys_only) in cases {
+    for (hd, rot, kind) in cases {
+        let keys_only = kind == Kind::KeysOnly;
         let (Some(mut on), Some(mut off)) = (gpu("qk_prep", true), gpu("qk_prep", true)) else {
             return;
         };
-        if !keys_only {
-            on.set_qk_prep(QkPrepMode::All);
-        }
+        on.set_qk_prep(if keys_only {
+            QkPrepMode::KeysOnly
+        } else {
+            QkPrepMode::All
+        });
         off.set_qk_prep(QkPrepMode::Off);
         let (nh, nkv, cap) = (4, 2, 16);
         let p = AttnParams {
@@ -443,6 +455,12 @@ fn qk_preparation_runs_as_one_launch() {
             let k = b.input("k", DType::F32, &[t, nkv, hd]).unwrap();
             let v = b.input("v", DType::F32, &[t, nkv, hd]).unwrap();
             let pos = b.input("pos", DType::I32, &[t]).unwrap();
+            // A tree's rope positions (depths) differ from its cache rows (`pos`).
+            let rp = if kind == Kind::Tree {
+                b.input("rp", DType::I32, &[t]).unwrap()
+            } else {
+                pos
+            };
             let (qn, kn) = (
                 b.weight("qn", DType::F32, &[hd]).unwrap(),
                 b.weight("kn", DType::F32, &[hd]).unwrap(),
@@ -453,14 +471,17 @@ fn qk_preparation_runs_as_one_launch() {
                 q
             } else {
                 let q = b.rms_norm(q, qn, 1e-6).unwrap();
-                b.rope(q, pos, rot, 10000.0).unwrap()
+                b.rope(q, rp, rot, 10000.0).unwrap()
             };
             let k = b.rms_norm(k, kn, 1e-6).unwrap();
-            let k = b.rope(k, pos, rot, 10000.0).unwrap();
-            let o = if causal {
-                b.attention(p, q, k, v, pos, kc, vc).unwrap()
-            } else {
-                b.attention_non_causal(p, 0, q, k, v, pos, kc, vc).unwrap()
+            let k = b.rope(k, rp, rot, 10000.0).unwrap();
+            let o = match kind {
+                Kind::Causal => b.attention(p, q, k, v, pos, kc, vc).unwrap(),
+                Kind::Tree => {
+                    let mask = b.input("mask", DType::I32, &[t, t]).unwrap();
+                    b.attention_tree(p, q, k, v, pos, mask, kc, vc).unwrap()
+                }
+                _ => b.attention_non_causal(p, 0, q, k, v, pos, kc, vc).unwrap(),
             };
             if !keys_only {
                 b.output("o", o).unwrap();
@@ -472,12 +493,26 @@ fn qk_preparation_runs_as_one_launch() {
             .iter()
             .map(|pos| {
                 let t = pos.len();
-                vec![
+                let mut inp = vec![
                     ("q", HostData::F32(rng.vec_normal(t * nh * hd, 1.0))),
                     ("k", HostData::F32(rng.vec_normal(t * nkv * hd, 1.0))),
                     ("v", HostData::F32(rng.vec_normal(t * nkv * hd, 1.0))),
                     ("pos", HostData::I32(pos.to_vec())),
-                ]
+                ];
+                if kind == Kind::Tree {
+                    // A root and two siblings (depth 1) after the committed rows.
+                    let (rp, mask) = if t == 3 {
+                        (
+                            vec![pos[0], pos[0] + 1, pos[0] + 1],
+                            vec![1, 0, 0, 1, 1, 0, 1, 0, 1],
+                        )
+                    } else {
+                        (pos.to_vec(), vec![1; t * t])
+                    };
+                    inp.push(("rp", HostData::I32(rp)));
+                    inp.push(("mask", HostData::I32(mask)));
+                }
+                inp
             })
             .collect();
         let counters = [on.launch_counter(), off.launch_counter()];
@@ -500,7 +535,7 @@ fn qk_preparation_runs_as_one_launch() {
             runs.push(got);
         }
         for (i, ((a, l_on), (b, l_off))) in runs[0].iter().zip(&runs[1]).enumerate() {
-            let what = format!("hd {hd} causal {causal} keys only {keys_only} step {i}");
+            let what = format!("hd {hd} {kind:?} step {i}");
             // Unwritten cache rows are poisoned alike on both sides: compare the written ones.
             let written = |v: &[(String, HostTensor)]| -> Vec<(String, HostTensor)> {
                 let rows = steps[..=i].iter().map(|p| p.len()).sum::<usize>() * nkv * hd;
