@@ -284,3 +284,36 @@ fn bench_prefill_times_each_repetition() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("pp300"));
 }
+
+/// `bench decode --depth`: the timed steps run after that many context rows (llama-bench's
+/// `-d`), filled by a prompt in chunks; the capacity grows to hold them.
+#[test]
+fn bench_decode_after_a_filled_context() {
+    let model = fixtures().join("models/tiny-a/model-q8_0.gguf");
+    let model = model.to_str().unwrap();
+    let base = [
+        "bench",
+        "decode",
+        "--model",
+        model,
+        "--backend",
+        "cpu",
+        "-n",
+        "2",
+    ];
+    let out = deltaspec(&[&base[..], &["--depth", "600", "--ctx", "16", "--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["depth"], 600);
+    assert!(v["tokens_per_second"].as_f64().unwrap() > 0.0);
+    let out = deltaspec(&[&base[..], &["-d", "5"]].concat());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("steps of 1 rows after 5 context rows"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

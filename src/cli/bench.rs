@@ -43,12 +43,19 @@ pub struct DecodeArgs {
     /// Context capacity of the sequence (KV rows allocated).
     #[arg(long, default_value_t = 1024)]
     pub ctx: usize,
+    /// Context rows filled before timing (llama-bench's `-d`): a prompt of this many tokens is
+    /// processed first, in chunks of 512, so every timed step attends over at least that many.
+    #[arg(short = 'd', long, default_value_t = 0)]
+    pub depth: usize,
     /// Buffer size for the bandwidth measurement, MiB.
     #[arg(long, default_value_t = 1024)]
     pub bw_mib: usize,
     #[arg(long)]
     pub json: bool,
 }
+
+/// Prompt tokens per forward of `bench decode --depth` (as `generate`'s default chunk).
+const DEPTH_CHUNK: usize = 512;
 
 #[derive(clap::Args, Debug)]
 pub struct BandwidthArgs {
@@ -216,7 +223,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
     anyhow::ensure!(a.rows >= 1, "--rows must be at least 1");
     anyhow::ensure!(a.n >= 1, "-n must be at least 1 (steps timed)");
-    let ctx = a.ctx.max((a.n + 1) * a.rows + 1);
+    let ctx = a.ctx.max(a.depth + (a.n + 1) * a.rows + 1);
     let name = be.name();
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
     let opts = GraphOptions {
@@ -225,6 +232,14 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
         capture: Vec::new(),
         read_logits: false, // as greedy decoding
     };
+    // The context the timed steps attend over: token ids spread over the vocabulary.
+    let vocab = m.cfg.vocab.max(1);
+    let prompt: Vec<u32> = (0..a.depth)
+        .map(|i| ((i * 7919 + 1) % vocab) as u32)
+        .collect();
+    for chunk in prompt.chunks(DEPTH_CHUNK) {
+        s.forward(chunk, &opts)?;
+    }
     // Warm-up: compiles the step graph and touches every weight once.
     let mut tok = s.forward(&vec![1; a.rows], &opts)?.argmax[0];
     let bar = indicatif::ProgressBar::new(a.n as u64);
@@ -250,6 +265,7 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
             "{}",
             serde_json::json!({
                 "backend": name, "model": a.model.display().to_string(), "n": a.n, "rows": a.rows,
+                "depth": a.depth,
                 "tokens_per_second": tps, "ms_per_token": 1e3 / tps,
                 "weight_bytes_per_token": bpt, "copy_bytes_per_second": bw,
                 "roofline_tokens_per_second": roofline, "roofline_ratio": ratio,
@@ -257,8 +273,13 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
         );
     } else {
         println!("backend:        {name}");
+        let after = if a.depth > 0 {
+            format!(" after {} context rows", a.depth)
+        } else {
+            String::new()
+        };
         println!(
-            "decode:         {tps:.2} steps/s ({:.3} ms/step, {} steps of {} rows)",
+            "decode:         {tps:.2} steps/s ({:.3} ms/step, {} steps of {} rows{after})",
             1e3 / tps,
             a.n,
             a.rows
