@@ -299,9 +299,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 // accumulates dim d of queries r·NC_QPT .. (r + 1)·NC_QPT − 1 over the tile's weights.
 // Keys: split s takes its share of the union of the queries' ranges; each query masks the
 // keys outside its own (visible). Output as attn: normalised (FINAL), else partials.
+// NC_Q, NC_KT (query vectors, key rows a tile; NC_Q · NC_KT = NC_WG) come from the key.
 const NC_WG: u32 = 256u;
-const NC_Q: u32 = 16u;
-const NC_KT: u32 = 16u;
 const NC_HP: u32 = HD_MAX + 1u;
 const NC_R: u32 = NC_WG / HD_MAX;
 const NC_QPT: u32 = (NC_Q + NC_R - 1u) / NC_R;

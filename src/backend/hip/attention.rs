@@ -279,8 +279,8 @@ fn qk_prep(
     qp: QkPrep,
 ) -> Result<(), BackendError> {
     let g = env.graph;
-    let (qn, qr) = qp.params();
-    let [qn, kn, qr, kr] = [qn, qp.k_norm, qr, qp.k_rope].map(|i| &g.nodes[i]);
+    let (qn_i, qr_i) = qp.params();
+    let [qn, kn, qr, kr] = [qn_i, qp.k_norm, qr_i, qp.k_rope].map(|i| &g.nodes[i]);
     // Keys alone: no query warps; the query pointers are the keys', never read.
     let nh = if qp.q.is_some() { p.n_heads } else { 0 };
     let (Op::RmsNorm { eps }, Op::Rope(rp)) = (&qn.op, &qr.op) else {
@@ -308,7 +308,7 @@ fn qk_prep(
             Arg::P(env.f32_ptr(kn.inputs[1])),
             Arg::P(env.ptr(node.inputs[2])),
             Arg::P(env.ptr(qr.inputs[1])),
-            Arg::P(env.consts_ptr(qp.params().1)),
+            Arg::P(env.consts_ptr(qr_i)),
             Arg::P(env.consts_ptr(qp.k_rope)),
             Arg::P(env.ptr(node.inputs[3])),
             Arg::P(env.ptr(qr.outputs[0])),

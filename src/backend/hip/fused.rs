@@ -120,12 +120,12 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
             split: None,
         });
     }
+    let on = |qp: &QkPrep| match be.qk_prep {
+        QkPrepMode::All => true,
+        QkPrepMode::KeysOnly => qp.q.is_none(),
+        QkPrepMode::Off => false,
+    };
     for (a, qp) in found.qk_prep.iter().enumerate() {
-        let on = |qp: &QkPrep| match be.qk_prep {
-            QkPrepMode::All => true,
-            QkPrepMode::KeysOnly => qp.q.is_none(),
-            QkPrepMode::Off => false,
-        };
         if let Some(qp) = *qp
             && on(&qp)
             && qk_preppable(g, a)

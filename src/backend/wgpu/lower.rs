@@ -125,10 +125,9 @@ pub struct Caps {
     pub norm_q8: bool,
     /// Re-laid weight types and the IQ4_XS lookup: flags of every weight kernel.
     pub weight_kernels: shaders::WeightKernels,
-    /// Workgroup memory one dispatch may use (bytes).
-    pub wg_mem: u32,
-    /// Non-causal attention on `attn_nc` where it fits (`DELTASPEC_WGPU_ATTN_NC=0`: off).
-    pub attn_nc: bool,
+    /// Workgroup memory `attn_nc` may use (bytes): the device's limit, 0 with
+    /// `DELTASPEC_WGPU_ATTN_NC=0` (the kernel off).
+    pub attn_nc_mem: u32,
 }
 
 /// The quantized-activation buffers (one pair per executable, sized for its widest use) and
@@ -954,7 +953,7 @@ pub fn lower(g: &Graph, plan: &Plan, fusion: Fusion, caps: &Caps) -> Result<Lowe
         coop: caps.coop,
         norm_q8: caps.int8 && caps.norm_q8,
         weight_kernels: caps.weight_kernels.clone(),
-        attn_nc_mem: if caps.attn_nc { caps.wg_mem } else { 0 },
+        attn_nc_mem: caps.attn_nc_mem,
         q8: None,
         q8_out: None,
         qout_scratch: None,

@@ -907,8 +907,11 @@ impl Backend for WgpuBackend {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
             weight_kernels: self.wk.clone(),
-            wg_mem: self.gpu.limits.max_compute_workgroup_storage_size,
-            attn_nc: std::env::var_os("DELTASPEC_WGPU_ATTN_NC").is_none_or(|v| v != "0"),
+            attn_nc_mem: if std::env::var_os("DELTASPEC_WGPU_ATTN_NC").is_none_or(|v| v != "0") {
+                self.gpu.limits.max_compute_workgroup_storage_size
+            } else {
+                0
+            },
         };
         let (fusion, plan) = lower::plan(graph, &caps);
         let low = lower::lower(graph, &plan, fusion, &caps)?;

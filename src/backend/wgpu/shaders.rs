@@ -710,6 +710,8 @@ pub fn attn_key(hd: u32, fin: bool, entry: &'static str, tree: bool) -> ShaderKe
         .c("WG", ATTN_WG)
         .c("HD_MAX", hd.max(1))
         .c("HD_PT", hd.div_ceil(ATTN_WG).max(1))
+        .c("NC_Q", ATTN_NC_Q)
+        .c("NC_KT", ATTN_NC_KT)
         .flag_if(fin, "FINAL")
         .flag_if(tree, "TREE")
 }
@@ -731,7 +733,7 @@ pub fn select_key(merge: bool, chunk: usize) -> ShaderKey {
         .flag_if(merge, "MERGE")
 }
 
-/// Query vectors and key rows of one `attn_nc` tile (`NC_Q`, `NC_KT` in `attention.wgsl`).
+/// Query vectors and key rows of one `attn_nc` tile (`attention.wgsl`'s `NC_Q`, `NC_KT`).
 pub const ATTN_NC_Q: u32 = 16;
 const ATTN_NC_KT: u32 = 16;
 
