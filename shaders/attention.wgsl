@@ -294,19 +294,23 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 // (qi = t·G + g, head kvh·G + g; G = nh / nkv) and one split of the keys, and stages NC_KT key
 // rows at a time in workgroup memory with coalesced loads, once for all of them.
 // Scores: thread (i, k) = (tid / NC_KT, tid % NC_KT) dots query i with key k, d = 0 .. hd in
-// order (rows padded by one float so a warp's keys hit distinct banks). Softmax: online per
+// order, 4 at a time (rows as padded vec4s, see NC_HP). Softmax: online per
 // query, kept by threads tid < NC_Q. Values: thread (r, d) = (tid / HD_MAX, tid % HD_MAX)
 // accumulates dim d of queries r·NC_QPT .. (r + 1)·NC_QPT − 1 over the tile's weights.
 // Keys: split s takes its share of the union of the queries' ranges; each query masks the
 // keys outside its own (visible). Output as attn: normalised (FINAL), else partials.
 // NC_Q, NC_KT (query vectors, key rows a tile; NC_Q · NC_KT = NC_WG) come from the key.
 const NC_WG: u32 = 256u;
-const NC_HP: u32 = HD_MAX + 1u;
+// Rows as vec4s (the scores' loads are 16 bytes: a quarter of the workgroup-memory loads of
+// floats), zero-padded to whole vec4s, and an odd vec4 count a row so the 8 lanes of a 16-byte
+// load phase hit distinct banks.
+const NC_H4: u32 = (HD_MAX + 3u) / 4u;
+const NC_HP: u32 = NC_H4 | 1u;
 const NC_R: u32 = NC_WG / HD_MAX;
 const NC_QPT: u32 = (NC_Q + NC_R - 1u) / NC_R;
 
-var<workgroup> nc_q: array<f32, NC_Q * NC_HP>;
-var<workgroup> nc_k: array<f32, NC_KT * NC_HP>;
+var<workgroup> nc_q: array<vec4<f32>, NC_Q * NC_HP>;
+var<workgroup> nc_k: array<vec4<f32>, NC_KT * NC_HP>;
 var<workgroup> nc_p: array<f32, NC_Q * NC_KT>;
 var<workgroup> nc_c: array<f32, NC_Q>;
 var<workgroup> nc_ml: array<vec2<f32>, NC_Q>;
@@ -342,15 +346,15 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     if q0 + si < nq {
         svis = visible((q0 + si) / g);
     }
-    for (var e = tid; e < NC_Q * dm.hd; e += NC_WG) {
-        let i = e / dm.hd;
-        let d = e % dm.hd;
+    for (var e = tid; e < NC_Q * NC_H4 * 4u; e += NC_WG) {
+        let i = e / (NC_H4 * 4u);
+        let d = e % (NC_H4 * 4u);
         let qi = q0 + i;
         var v = 0.0;
-        if qi < nq {
+        if qi < nq && d < dm.hd {
             v = Q[((qi / g) * dm.nh + kvh * g + qi % g) * dm.hd + d];
         }
-        nc_q[i * NC_HP + d] = v;
+        nc_q[i * NC_HP + d / 4u][d % 4u] = v;
     }
     if tid < NC_Q {
         nc_ml[tid] = vec2<f32>(NEG, 0.0);
@@ -361,24 +365,24 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     for (var jt = j0; jt < j1; jt += NC_KT) {
         let kn = min(NC_KT, j1 - jt);
         workgroupBarrier();
-        for (var e = tid; e < NC_KT * dm.hd; e += NC_WG) {
-            let kk = e / dm.hd;
-            let d = e % dm.hd;
+        for (var e = tid; e < NC_KT * NC_H4 * 4u; e += NC_WG) {
+            let kk = e / (NC_H4 * 4u);
+            let d = e % (NC_H4 * 4u);
             var v = 0.0;
-            if kk < kn {
+            if kk < kn && d < dm.hd {
                 v = KC[(jt + kk) * row + koff + d];
             }
-            nc_k[kk * NC_HP + d] = v;
+            nc_k[kk * NC_HP + d / 4u][d % 4u] = v;
         }
         workgroupBarrier();
         let j = jt + sk;
         var s = NEG;
         if sk < kn && j >= svis.x && j < svis.y {
-            var dot = 0.0;
-            for (var d = 0u; d < dm.hd; d++) {
-                dot += nc_q[si * NC_HP + d] * nc_k[sk * NC_HP + d];
+            var qk = 0.0;
+            for (var d = 0u; d < NC_H4; d++) {
+                qk += dot(nc_q[si * NC_HP + d], nc_k[sk * NC_HP + d]);
             }
-            s = dot * dm.scale;
+            s = qk * dm.scale;
         }
         nc_p[tid] = s;
         workgroupBarrier();
@@ -402,14 +406,15 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         }
         workgroupBarrier();
         if vr < NC_R && vd < dm.hd {
+            // Each value read once for the thread's NC_QPT queries (the same adds per query,
+            // in the same order, as a loop over keys per query).
             for (var q = 0u; q < NC_QPT; q++) {
-                let i = vr * NC_QPT + q;
-                if i < NC_Q {
-                    var a = acc[q] * nc_c[i];
-                    for (var k = 0u; k < kn; k++) {
-                        a += nc_p[i * NC_KT + k] * VC[(jt + k) * row + koff + vd];
-                    }
-                    acc[q] = a;
+                acc[q] *= nc_c[min(vr * NC_QPT + q, NC_Q - 1u)];
+            }
+            for (var k = 0u; k < kn; k++) {
+                let v = VC[(jt + k) * row + koff + vd];
+                for (var q = 0u; q < NC_QPT; q++) {
+                    acc[q] += nc_p[min(vr * NC_QPT + q, NC_Q - 1u) * NC_KT + k] * v;
                 }
             }
         }

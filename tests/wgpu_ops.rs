@@ -466,7 +466,8 @@ fn attention_non_causal() {
     let Some(mut g) = gpu() else { return };
     // (cache rows, positions, window, heads, kv heads, head size). The drafters' blocks run on
     // `attn_nc` (a workgroup per kv head and 16 query vectors): several query groups (9 rows ×
-    // 4 heads a kv head), splits of one key and of many tiles, odd head sizes.
+    // 4 heads a kv head), splits of one key and of many tiles, odd head sizes (18: rows of
+    // whole vec4s, zero-padded).
     let block = |at: i32, n: i32| (at..at + n).collect::<Vec<i32>>();
     let cases: Vec<(usize, Vec<i32>, usize, usize, usize, usize)> = vec![
         (64, vec![20, 21, 22, 23, 24], 0, 4, 2, 32),
@@ -476,6 +477,7 @@ fn attention_non_causal() {
         (1100, block(1030, 8), 0, 8, 2, 128),
         (1100, block(700, 9), 0, 8, 2, 80),
         (40, block(3, 9), 0, 12, 3, 16),
+        (70, block(50, 5), 0, 4, 2, 18),
         (300, block(250, 8), 5, 8, 2, 64),
         (96, block(90, 3), 0, 2, 1, 256),
     ];

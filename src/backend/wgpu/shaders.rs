@@ -739,10 +739,10 @@ const ATTN_NC_KT: u32 = 16;
 
 /// Whether `attention.wgsl`'s `attn_nc` takes heads of `hd` within `wg_mem` bytes of workgroup
 /// memory: its value pass needs `hd ≤ 256` threads a query, its tiles
-/// `(NC_Q + NC_KT)·(hd + 1) + NC_Q·NC_KT + 3·NC_Q` floats.
+/// `(NC_Q + NC_KT)·4·NC_HP + NC_Q·NC_KT + 3·NC_Q` floats, NC_HP = ⌈hd / 4⌉ made odd.
 pub fn attn_nc_fits(hd: usize, wg_mem: u32) -> bool {
     let (q, kt) = (ATTN_NC_Q as usize, ATTN_NC_KT as usize);
-    let floats = (q + kt) * (hd + 1) + q * kt + 3 * q;
+    let floats = (q + kt) * 4 * (hd.div_ceil(4) | 1) + q * kt + 3 * q;
     (1..=256).contains(&hd) && floats * 4 <= wg_mem as usize
 }
 
