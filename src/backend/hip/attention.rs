@@ -19,8 +19,19 @@ use crate::backend::{BackendError, HostData};
 use crate::graph::{AttnParams, Graph, Node, Op, TensorId};
 use std::collections::HashMap;
 
-/// Keys per split of `attn_hd*` when a query's context is split.
-const ATTN_CHUNK: usize = 256;
+/// Keys per split of `attn_hd*` when a query's context is split (`DELTASPEC_HIP_ATTN_CHUNK`
+/// overrides it, ≥ 16). Each warp of a split walks a quarter of its keys one after another,
+/// so the chunk bounds the walk's dependent chain: 256 left a decode step after 4096 context
+/// rows ~75 µs a layer with 17 blocks a head (H100, session 27).
+fn attn_chunk() -> usize {
+    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *C.get_or_init(|| {
+        std::env::var("DELTASPEC_HIP_ATTN_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(64, |c: usize| c.max(16))
+    })
+}
 const ATTN_MAX_SPLITS: usize = 64;
 /// Query vectors one `attn_nc_*` block owns (`NC_Q` in `hip/attention.hip`).
 const NC_QUERIES: usize = 32;
@@ -91,7 +102,7 @@ fn splits(
     Ok(if t * p.n_heads >= 4 * sms {
         1
     } else {
-        max_n.div_ceil(ATTN_CHUNK).clamp(1, ATTN_MAX_SPLITS)
+        max_n.div_ceil(attn_chunk()).clamp(1, ATTN_MAX_SPLITS)
     })
 }
 
