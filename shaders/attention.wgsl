@@ -286,8 +286,9 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 //#endif
 }
 
-// attn_nc: non-causal attention of a block of queries (mode 1 without Q8: the drafters'
-// blocks of B rows over their context). `attn` gives every (query, head) its own workgroup,
+// attn_nc: attention of a block of queries that share kv heads: the drafters' non-causal
+// blocks of B rows over their context (mode 1), and the causal or tree queries of decode and
+// verify steps (modes 0, 2; lower.rs picks it; int8 output only through combine). `attn` gives every (query, head) its own workgroup,
 // whose threads each walk one key row's hd values: 32 rows a warp load, re-read by all
 // T · nh / nkv queries of a kv head (on an H100, 27B DFlash2 drafter: ~650 µs a layer at 1024
 // context rows). Here a workgroup owns one kv head, NC_Q of the T·G query vectors sharing it
@@ -297,8 +298,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 // order, 4 at a time (rows as padded vec4s, see NC_HP). Softmax: online per
 // query, kept by threads tid < NC_Q. Values: thread (r, d) = (tid / HD_MAX, tid % HD_MAX)
 // accumulates dim d of queries r·NC_QPT .. (r + 1)·NC_QPT − 1 over the tile's weights.
-// Keys: split s takes its share of the union of the queries' ranges; each query masks the
-// keys outside its own (visible). Output as attn: normalised (FINAL), else partials.
+// Keys: split s takes its share of the union of the queries' ranges (modes 0 and 2: of a grid
+// fixed by the cache size); each query masks the keys outside its own (visible, sees). Output as attn: normalised (FINAL), else partials.
 // NC_Q, NC_KT (query vectors, key rows a tile; NC_Q · NC_KT = NC_WG) come from the key.
 const NC_WG: u32 = 256u;
 // Rows as vec4s (the scores' loads are 16 bytes: a quarter of the workgroup-memory loads of
@@ -336,9 +337,17 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         }
     }
     let n = select(0u, hi - lo, hi > lo);
-    let chunk = (n + dm.splits - 1u) / dm.splits;
-    let j0 = lo + min(n, split * chunk);
-    let j1 = min(lo + n, j0 + chunk);
+    var chunk = (n + dm.splits - 1u) / dm.splits;
+    var j0 = lo + min(n, split * chunk);
+    var j1 = min(lo + n, j0 + chunk);
+    if pu(8u) != 1u {
+        // Causal and tree queries: splits on a grid fixed by the cache size, so a query's
+        // tiles, partials and combine do not depend on the other tokens of its run (a verify
+        // row equals the decode step's bits, as with `attn`).
+        chunk = (pu(4u) + dm.splits - 1u) / dm.splits;
+        j0 = split * chunk;
+        j1 = max(j0, min(hi, j0 + chunk));
+    }
     // The scoring query's own range.
     let si = tid / NC_KT;
     let sk = tid % NC_KT;
@@ -377,7 +386,7 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         workgroupBarrier();
         let j = jt + sk;
         var s = NEG;
-        if sk < kn && j >= svis.x && j < svis.y {
+        if sk < kn && j >= svis.x && j < svis.y && sees((q0 + si) / g, j) {
             var qk = 0.0;
             for (var d = 0u; d < NC_H4; d++) {
                 qk += dot(nc_q[si * NC_HP + d], nc_k[sk * NC_HP + d]);

@@ -270,3 +270,42 @@ fn decode_step_dispatch_count() {
     eprintln!("int8: {sep} dispatches, {q8} with norm+quantize");
     assert_eq!(q8, sep - 3 * gdn - 2 * attn);
 }
+
+#[test]
+fn verify_rows_equal_decode_steps_bit_for_bit() {
+    // Greedy speculation is lossless only if a verify step's row i has the bits of the decode
+    // step at the same position: with 1024 cache rows the attention runs split (its causal
+    // and verify queries share kv-head tiles in `attn_nc`), and its combine quantizes the
+    // gated output; f32 and int8 activations.
+    let m = synth_model(synth::Recipe::Q8_0, 5);
+    let vocab = m.cfg.vocab;
+    let toks = [3u32, 250, 17, 404, 9];
+    for int8 in [false, true] {
+        let Some(mut gpu) = wgpu(int8) else { return };
+        let mut s = Session::new(&m, gpu.as_mut(), 1024).unwrap();
+        let last = GraphOptions {
+            logits: LogitRows::Last,
+            ..Default::default()
+        };
+        s.forward(&PROMPT, &last).unwrap();
+        let snap = s.snapshot().unwrap();
+        let steps: Vec<Vec<f32>> = toks
+            .iter()
+            .map(|&t| s.forward(&[t], &last).unwrap().logits)
+            .collect();
+        s.restore(&snap).unwrap();
+        let verify = s.forward(&toks, &GraphOptions::default()).unwrap().logits;
+        s.release(snap).unwrap();
+        for (i, step) in steps.iter().enumerate() {
+            let row = &verify[i * vocab..(i + 1) * vocab];
+            let same = row
+                .iter()
+                .zip(step)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "int8 {int8}: verify row {i} differs from its decode step"
+            );
+        }
+    }
+}

@@ -625,15 +625,22 @@ impl Ctx<'_> {
                 } else {
                     None
                 };
-                // Non-causal blocks share each kv head's key rows in `attn_nc`.
-                let nc = mode == 1
-                    && gq8.is_none()
+                // `attn_nc` shares each kv head's key rows among its query vectors: the
+                // drafters' non-causal blocks, and the causal or tree queries of decode steps
+                // and of the verify steps compared with them (`attn` keeps prompts), where
+                // `attn` re-read every row once per query head (wgpu decode after 4096 context
+                // rows: ~200 µs a layer on an H100, session 27). Its workgroups own a kv head
+                // each, not a query: more splits fill the GPU. It writes no int8 output, so
+                // with a quantized output (the target's gate) it needs splits (the combine
+                // writes it).
+                let nc_splits = cap.div_ceil(64).clamp(1, 32);
+                let nc = (mode == 1 || t == 1 || self.g.rows_match_decode)
+                    && (gq8.is_none() || nc_splits > 1)
                     && nkv > 0
                     && nh.is_multiple_of(nkv)
                     && shaders::attn_nc_fits(hd, self.attn_nc_mem);
                 let splits = if nc {
-                    // Its workgroups own a kv head each, not a query: more splits fill the GPU.
-                    cap.div_ceil(64).clamp(1, 32)
+                    nc_splits
                 } else {
                     cap.div_ceil(256).clamp(1, 32)
                 };
@@ -701,18 +708,14 @@ impl Ctx<'_> {
                 } else if nc {
                     let qg = (t * (nh / nkv)).div_ceil(shaders::ATTN_NC_Q as usize);
                     self.step(
-                        shaders::attn_key(hd32, fin, "attn_nc", false),
+                        shaders::attn_key(hd32, fin, "attn_nc", tree),
                         params,
                         binds.clone(),
                         [u(splits)?, u(nkv)?, u(qg)?],
                     );
                     if !fin {
-                        self.step(
-                            key(fin, "combine"),
-                            params,
-                            binds.clone(),
-                            [u(nh)?, u(t)?, 1],
-                        );
+                        let b = q8_binds(self);
+                        self.step(key(fin, "combine"), params, b, [u(nh)?, u(t)?, 1]);
                     }
                 } else if fin {
                     let b = q8_binds(self);
