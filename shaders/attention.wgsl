@@ -324,6 +324,8 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     let g = dm.nh / dm.nkv;
     let nq = pu(0u) * g;
     let q0 = wid.z * NC_Q;
+    // This workgroup's query vectors (the grid has ⌈nq / NC_Q⌉ groups).
+    let nv = min(NC_Q, nq - q0);
     let row = dm.nkv * dm.hd;
     let koff = kvh * dm.hd;
     // The union of the queries' ranges and this split's part of it.
@@ -416,14 +418,20 @@ fn attn_nc(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         workgroupBarrier();
         if vr < NC_R && vd < dm.hd {
             // Each value read once for the thread's NC_QPT queries (the same adds per query,
-            // in the same order, as a loop over keys per query).
+            // in the same order, as a loop over keys per query); queries past the run's
+            // (a decode step has only G) skipped by a uniform test, not a shorter loop, so
+            // acc stays in registers.
             for (var q = 0u; q < NC_QPT; q++) {
-                acc[q] *= nc_c[min(vr * NC_QPT + q, NC_Q - 1u)];
+                if vr * NC_QPT + q < nv {
+                    acc[q] *= nc_c[vr * NC_QPT + q];
+                }
             }
             for (var k = 0u; k < kn; k++) {
                 let v = VC[(jt + k) * row + koff + vd];
                 for (var q = 0u; q < NC_QPT; q++) {
-                    acc[q] += nc_p[min(vr * NC_QPT + q, NC_Q - 1u) * NC_KT + k] * v;
+                    if vr * NC_QPT + q < nv {
+                        acc[q] += nc_p[(vr * NC_QPT + q) * NC_KT + k] * v;
+                    }
                 }
             }
         }
