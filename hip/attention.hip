@@ -210,9 +210,7 @@ DS_ATTN(8)
 // l % NC_CH) in lane l. Softmax: online per query and tile (the max over the NC_CH lanes of a
 // query); the weights go through shared memory to the value pass, where lanes hold dims again.
 // Keys: split s covers its share of the union [lo, n_all) of the queries' ranges (both derived on
-// the device from pos, as in attn); each query masks the keys outside its own range. Causal
-// queries (`causal`, decode and verify widths; src/backend/hip/attention.rs causal_nc): rows
-// 0 ..= pos, and the splits lie on a grid of the cache (cap / nsplit keys each). Output as
+// the device from pos, as in attn); each query masks the keys outside its own range. Output as
 // attn: normalised with one split, else partials for attn_combine.
 constexpr u32 NC_WARPS = 8;
 constexpr u32 NC_THREADS = NC_WARPS * WARP;
@@ -261,7 +259,7 @@ template <u32 HDL>
 DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
                  const i32* __restrict__ pos, float* __restrict__ out, float* __restrict__ part_o,
                  float* __restrict__ part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, u32 cap,
-                 u32 window, u32 T, u32 causal) {
+                 u32 window, u32 T) {
     constexpr u32 KC = nc_kc(HDL), HDP = HDL * WARP;
     __shared__ float ks[KC][HDP], vs[KC][HDP];
     __shared__ f32x4 pw[NC_WARPS][KC];  // softmax weights of a warp's NC_QW queries per key
@@ -278,9 +276,7 @@ DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, cons
         lo_all = first < n_all && first > window ? first - window : 0u;
     }
     const u32 span = n_all > lo_all ? n_all - lo_all : 0u;
-    // Causal queries (decode and verify steps): splits on a grid fixed by the cache size, so a
-    // query's tiles and partials do not depend on the other rows of its run.
-    const u32 chunk = causal ? (cap + nsplit - 1) / nsplit : (span + nsplit - 1) / nsplit;
+    const u32 chunk = (span + nsplit - 1) / nsplit;
     const u32 j0 = lo_all + sp * chunk;
     const u32 j1 = j0 + chunk < n_all ? j0 + chunk : n_all;
 
@@ -290,7 +286,7 @@ DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, cons
         const u32 qi = q0 + lane / NC_CH;
         const i32 p = qi < nq ? pos[qi / G] : -1;
         if (p >= 0 && (u32)p < cap) {
-            qhi = causal ? (u32)p + 1 : n_all;
+            qhi = n_all;
             if (window > 0) {
                 qlo = (u32)p > window ? (u32)p - window : 0u;
                 const u32 w_hi = (u32)p + window + 1;
@@ -424,10 +420,9 @@ DEV void attn_nc(const float* __restrict__ q, const float* __restrict__ kc, cons
     KERNEL(NC_THREADS)                                                                                   \
     attn_nc_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,         \
                     float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,      \
-                    u32 cap, u32 window, u32 T, u32 causal) {                                             \
+                    u32 cap, u32 window, u32 T) {                                                         \
         grid_begin();                                                                                     \
-        attn_nc<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, window, T,  \
-                     causal);                                                                             \
+        attn_nc<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, window, T); \
     }
 
 DS_ATTN_NC(1)

@@ -98,35 +98,12 @@ fn splits(
         let want = (2 * sms).div_ceil(groups.max(1));
         return Ok(nc_splits(want, span, nc_pow2()));
     }
-    if causal_nc(node, t, p) {
-        // On the cache's grid (see causal_nc): the count depends on the cache size only.
-        return Ok(cap.div_ceil(NC_MIN_CHUNK).clamp(1, ATTN_MAX_SPLITS));
-    }
     let max_n = n_all.unwrap_or(cap);
     Ok(if t * p.n_heads >= 4 * sms {
         1
     } else {
         max_n.div_ceil(attn_chunk()).clamp(1, ATTN_MAX_SPLITS)
     })
-}
-
-/// Most rows of a causal attention that `attn_nc` takes (`causal_nc`): decode and verify
-/// widths; prompts keep `attn_hd*`, whose blocks are per query.
-const NC_CAUSAL_ROWS: usize = 64;
-
-/// Whether causal attention node `node` (not a tree) of `t` rows runs on `attn_nc`
-/// (`DELTASPEC_HIP_ATTN_NC_CAUSAL=1`; off by default until measured): a block per kv head then
-/// loads each key and value row once for the G = nh / nkv query heads that share it, where
-/// `attn_hd*` loads it once per head; the splits lie on a grid of the cache (⌈cap / 64⌉ of
-/// them), so a verify row's partials equal its decode step's.
-fn causal_nc(node: &Node, t: usize, p: &AttnParams) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on =
-        *ON.get_or_init(|| std::env::var("DELTASPEC_HIP_ATTN_NC_CAUSAL").as_deref() == Ok("1"));
-    on && matches!(node.op, Op::Attention(_))
-        && t <= NC_CAUSAL_ROWS
-        && p.n_kv_heads > 0
-        && p.n_heads.is_multiple_of(p.n_kv_heads)
 }
 
 /// Whether the non-causal split count moves in powers of two (default; `DELTASPEC_HIP_NC_POW2=0`
@@ -251,15 +228,10 @@ pub(super) fn lower(
         u(nsplit)?,
         u(cap)?,
     ];
-    let nc_window = match window {
-        Some(w) => Some((w, 0)),
-        None if causal_nc(node, t, p) => Some((0, 1)),
-        None => None,
-    };
-    match nc_window {
-        Some((w, causal)) => {
+    match window {
+        Some(w) => {
             let groups = (t * (nh / nkv)).div_ceil(NC_QUERIES);
-            args.extend([u(w)?, u(t)?, Arg::U32(causal)]);
+            args.extend([u(w)?, u(t)?]);
             launch(
                 be,
                 "attention",
