@@ -59,9 +59,15 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     const u32 row = nkv * hd;
     const i32 p = pos[t];
     // Causal attention with one split needs no extent (each query ends at its own position).
-    const u32 n_all = (!causal || nsplit > 1) ? attn_extent(pos, T, cap) : cap;
+    const u32 n_all = (!causal || (nsplit > 1 && causal != 2)) ? attn_extent(pos, T, cap) : cap;
     const u32 max_n = !causal && window > 0 && 2 * window + 1 < n_all ? 2 * window + 1 : n_all;
-    const u32 chunk = nsplit == 1 ? cap : ((max_n + nsplit - 1) / nsplit > 0 ? (max_n + nsplit - 1) / nsplit : 1u);
+    // causal == 2 (decode and verify steps): splits on a grid fixed by the cache size, so a
+    // query's keys, their order per warp and its partials do not depend on the other rows of
+    // the run: a verify row keeps the decode step's bits (lossless greedy speculation). Else the
+    // longest range of the run is split evenly.
+    const u32 chunk = nsplit == 1  ? cap
+                      : causal == 2 ? (cap + nsplit - 1) / nsplit
+                                    : ((max_n + nsplit - 1) / nsplit > 0 ? (max_n + nsplit - 1) / nsplit : 1u);
     // Key rows [lo, hi) of this query; empty for a position outside the cache (rejected by the
     // host when positions are an input).
     u32 lo = 0, hi = 0;

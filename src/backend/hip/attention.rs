@@ -20,16 +20,15 @@ use crate::graph::{AttnParams, Graph, Node, Op, TensorId};
 use std::collections::HashMap;
 
 /// Keys per split of `attn_hd*` when a query's context is split (`DELTASPEC_HIP_ATTN_CHUNK`
-/// overrides it, ≥ 16). Each warp of a split walks a quarter of its keys one after another,
-/// so the chunk bounds the walk's dependent chain: 256 left a decode step after 4096 context
-/// rows ~75 µs a layer with 17 blocks a head (H100, session 27).
+/// overrides it, ≥ 16). 27B decode after 4096 context rows, H100 (session 27, two calls):
+/// 64 keys 8.32 / 8.24 ms a step, 128 7.83, 256 7.85 / 8.00, 512 8.24.
 fn attn_chunk() -> usize {
     static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *C.get_or_init(|| {
         std::env::var("DELTASPEC_HIP_ATTN_CHUNK")
             .ok()
             .and_then(|v| v.parse().ok())
-            .map_or(64, |c: usize| c.max(16))
+            .map_or(256, |c: usize| c.max(16))
     })
 }
 const ATTN_MAX_SPLITS: usize = 64;
@@ -98,12 +97,25 @@ fn splits(
         let want = (2 * sms).div_ceil(groups.max(1));
         return Ok(nc_splits(want, span, nc_pow2()));
     }
+    if on_cache_grid(g, t) {
+        return Ok(cap.div_ceil(attn_chunk()).clamp(1, ATTN_MAX_SPLITS));
+    }
     let max_n = n_all.unwrap_or(cap);
     Ok(if t * p.n_heads >= 4 * sms {
         1
     } else {
         max_n.div_ceil(attn_chunk()).clamp(1, ATTN_MAX_SPLITS)
     })
+}
+
+/// Whether a causal attention of `t` rows in graph `g` splits its keys on a grid fixed by the
+/// cache size (kernel argument causal = 2): decode steps and the verify steps compared with them
+/// ([`Graph::rows_match_decode`]). A query's partials then do not depend on the other rows of
+/// its run, so a verify row equals its decode step bit for bit. Splitting the run's longest
+/// range evenly (prompts) moved the split boundaries with the run's rows: 27B DFlash2 chains
+/// on an H100 drifted from their AR baseline once the context passed one split (session 27).
+fn on_cache_grid(g: &Graph, t: usize) -> bool {
+    t == 1 || g.rows_match_decode
 }
 
 /// Whether the non-causal split count moves in powers of two (default; `DELTASPEC_HIP_NC_POW2=0`
@@ -242,8 +254,10 @@ pub(super) fn lower(
             )?;
         }
         None => {
-            // causal = 1, window = 0 (tree attention is causal over the context)
-            args.extend([Arg::U32(1), Arg::U32(0), Arg::P(mask), u(t)?]);
+            // causal = 1 (2: on the cache's grid), window = 0 (tree attention is causal over
+            // the context)
+            let causal = if on_cache_grid(g, t) { 2 } else { 1 };
+            args.extend([Arg::U32(causal), Arg::U32(0), Arg::P(mask), u(t)?]);
             launch(
                 be,
                 "attention",
