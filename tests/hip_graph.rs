@@ -332,39 +332,24 @@ fn verify_rows_equal_decode_steps_past_one_attention_split() {
     // step at its position. After 300 context rows the attention runs in splits; they lie on
     // a grid of the cache, not of the run's longest range (which moved the boundaries with the
     // number of rows: a decode step at 300 split its keys 151 / 150, a 5-row verify 153 / 152).
-    use deltaspec::model::Session;
-    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
     let dir = std::env::temp_dir().join(format!("deltaspec-hip-split-{}", std::process::id()));
     let model = common::tiny_q8_0(&dir, "tiny-q8_0.gguf");
     let _ = std::fs::remove_dir_all(&dir);
-    let vocab = model.cfg.vocab;
     let mut rng = Rng::new(77);
-    let prompt: Vec<u32> = (0..300).map(|_| rng.below(vocab) as u32).collect();
-    let toks = [5u32, 99, 1, 250, 42];
+    let prompt: Vec<u32> = (0..300)
+        .map(|_| rng.below(model.cfg.vocab) as u32)
+        .collect();
     for graphs in [false, true] {
         let Some(mut be) = gpu("verify_rows_past_one_split", graphs) else {
             return;
         };
-        let mut s = Session::new(&model, &mut be, 600).unwrap();
-        let last = GraphOptions {
-            logits: LogitRows::Last,
-            ..Default::default()
-        };
-        s.forward(&prompt, &last).unwrap();
-        let snap = s.snapshot().unwrap();
-        let steps: Vec<Vec<f32>> = toks
-            .iter()
-            .map(|&t| s.forward(&[t], &last).unwrap().logits)
-            .collect();
-        s.restore(&snap).unwrap();
-        let verify = s.forward(&toks, &GraphOptions::default()).unwrap().logits;
-        s.release(snap).unwrap();
-        for (i, step) in steps.iter().enumerate() {
-            assert_eq!(
-                bits(&verify[i * vocab..(i + 1) * vocab]),
-                bits(step),
-                "graphs {graphs}: verify row {i} differs from its decode step"
-            );
-        }
+        common::assert_verify_rows_equal_decode_steps(
+            &model,
+            &mut be,
+            600,
+            &prompt,
+            &[5, 99, 1, 250, 42],
+            &format!("graphs {graphs}"),
+        );
     }
 }

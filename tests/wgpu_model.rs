@@ -278,34 +278,15 @@ fn verify_rows_equal_decode_steps_bit_for_bit() {
     // and verify queries share kv-head tiles in `attn_nc`), and its combine quantizes the
     // gated output; f32 and int8 activations.
     let m = synth_model(synth::Recipe::Q8_0, 5);
-    let vocab = m.cfg.vocab;
-    let toks = [3u32, 250, 17, 404, 9];
     for int8 in [false, true] {
         let Some(mut gpu) = wgpu(int8) else { return };
-        let mut s = Session::new(&m, gpu.as_mut(), 1024).unwrap();
-        let last = GraphOptions {
-            logits: LogitRows::Last,
-            ..Default::default()
-        };
-        s.forward(&PROMPT, &last).unwrap();
-        let snap = s.snapshot().unwrap();
-        let steps: Vec<Vec<f32>> = toks
-            .iter()
-            .map(|&t| s.forward(&[t], &last).unwrap().logits)
-            .collect();
-        s.restore(&snap).unwrap();
-        let verify = s.forward(&toks, &GraphOptions::default()).unwrap().logits;
-        s.release(snap).unwrap();
-        for (i, step) in steps.iter().enumerate() {
-            let row = &verify[i * vocab..(i + 1) * vocab];
-            let same = row
-                .iter()
-                .zip(step)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(
-                same,
-                "int8 {int8}: verify row {i} differs from its decode step"
-            );
-        }
+        common::assert_verify_rows_equal_decode_steps(
+            &m,
+            gpu.as_mut(),
+            1024,
+            &PROMPT,
+            &[3, 250, 17, 404, 9],
+            &format!("int8 {int8}"),
+        );
     }
 }

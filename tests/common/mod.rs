@@ -109,6 +109,43 @@ pub fn cpu_logits(m: &deltaspec::model::Qwen35, tokens: &[u32]) -> Vec<f32> {
     s.forward(tokens, &opts).unwrap().logits
 }
 
+/// Asserts that a verify step (every logits row) over `toks` after `prompt` gives each row the
+/// bits of the decode step at its position, on a session of `cap` rows of `be`: what lossless
+/// greedy speculation relies on.
+pub fn assert_verify_rows_equal_decode_steps(
+    m: &deltaspec::model::Qwen35,
+    be: &mut dyn deltaspec::backend::Backend,
+    cap: usize,
+    prompt: &[u32],
+    toks: &[u32],
+    label: &str,
+) {
+    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+    let vocab = m.cfg.vocab;
+    let mut s = deltaspec::model::Session::new(m, be, cap).unwrap();
+    let last = GraphOptions {
+        logits: LogitRows::Last,
+        ..Default::default()
+    };
+    s.forward(prompt, &last).unwrap();
+    let snap = s.snapshot().unwrap();
+    let steps: Vec<Vec<f32>> = toks
+        .iter()
+        .map(|&t| s.forward(&[t], &last).unwrap().logits)
+        .collect();
+    s.restore(&snap).unwrap();
+    let verify = s.forward(toks, &GraphOptions::default()).unwrap().logits;
+    s.release(snap).unwrap();
+    for (i, step) in steps.iter().enumerate() {
+        let row = &verify[i * vocab..(i + 1) * vocab];
+        let same = row
+            .iter()
+            .zip(step)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{label}: verify row {i} differs from its decode step");
+    }
+}
+
 /// The error loading `path` as a target model gives (a panic if it loads).
 pub fn target_load_err(path: &Path) -> String {
     match deltaspec::model::Qwen35::load(path) {
