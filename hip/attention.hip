@@ -11,8 +11,9 @@
 //    With one split the block writes the normalised output; otherwise it writes its partial
 //    (max, sum, unnormalised output) and 3. attn_combine merges the splits. Split s covers keys
 //    [lo + s·chunk, lo + (s+1)·chunk), chunk = ceil(longest key range / nsplit), both derived
-//    on the device from pos: the host fixes only nsplit (a launch shape), so a captured graph
-//    replays correctly for every position of a later run.
+//    on the device from pos (decode and verify steps, causal = 2: chunk = ceil(cap / nsplit)):
+//    the host fixes only nsplit (a launch shape), so a captured graph replays correctly for
+//    every position of a later run.
 #include "common.h"
 
 constexpr u32 ATTN_WARPS = 4;
@@ -44,6 +45,21 @@ DEV u32 attn_extent(const i32* __restrict__ pos, u32 T, u32 cap) {
         mx = o > mx ? o : mx;
     }
     return (u32)(mx + 1);
+}
+
+// One key of the online softmax: score s, value row x (this lane's dims).
+template <u32 HDL>
+DEV void attn_take(float s, const float (&x)[HDL], float& m, float& l, float (&acc)[HDL], u32 lane, u32 hd) {
+    const float m_new = __builtin_fmaxf(m, s);
+    const float corr = ds_expf(m - m_new);
+    const float e = ds_expf(s - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (u32 r = 0; r < HDL; ++r) {
+        const u32 d = lane + WARP * r;
+        acc[r] = acc[r] * corr + (d < hd ? e * x[r] : 0.0f);
+    }
+    m = m_new;
 }
 
 template <u32 HDL>
@@ -126,30 +142,8 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
         }
         const float sa = warp_sum(da) * scale;
         const float sb = warp_sum(db) * scale;
-        if (use_a) {
-            const float m_new = __builtin_fmaxf(m, sa);
-            const float corr = ds_expf(m - m_new);
-            const float e = ds_expf(sa - m_new);
-            l = l * corr + e;
-#pragma unroll
-            for (u32 r = 0; r < HDL; ++r) {
-                const u32 d = lane + WARP * r;
-                acc[r] = acc[r] * corr + (d < hd ? e * xa[r] : 0.0f);
-            }
-            m = m_new;
-        }
-        if (use_b) {
-            const float m_new = __builtin_fmaxf(m, sb);
-            const float corr = ds_expf(m - m_new);
-            const float e = ds_expf(sb - m_new);
-            l = l * corr + e;
-#pragma unroll
-            for (u32 r = 0; r < HDL; ++r) {
-                const u32 d = lane + WARP * r;
-                acc[r] = acc[r] * corr + (d < hd ? e * xb[r] : 0.0f);
-            }
-            m = m_new;
-        }
+        if (use_a) attn_take<HDL>(sa, xa, m, l, acc, lane, hd);
+        if (use_b) attn_take<HDL>(sb, xb, m, l, acc, lane, hd);
     }
     if (lane == 0) {
         sm[w] = m;

@@ -288,8 +288,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 
 // attn_nc: attention of a block of queries that share kv heads: the drafters' non-causal
 // blocks of B rows over their context (mode 1), and the causal or tree queries of decode and
-// verify steps (modes 0, 2; lower.rs picks it; int8 output only through combine). `attn` gives every (query, head) its own workgroup,
-// whose threads each walk one key row's hd values: 32 rows a warp load, re-read by all
+// verify steps (modes 0, 2; lower.rs picks it; int8 output only through combine). `attn`
+// gives every (query, head) its own workgroup, whose threads each walk one key row's hd values: 32 rows a warp load, re-read by all
 // T · nh / nkv queries of a kv head (on an H100, 27B DFlash2 drafter: ~650 µs a layer at 1024
 // context rows). Here a workgroup owns one kv head, NC_Q of the T·G query vectors sharing it
 // (qi = t·G + g, head kvh·G + g; G = nh / nkv) and one split of the keys, and stages NC_KT key
@@ -299,7 +299,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 // query, kept by threads tid < NC_Q. Values: thread (r, d) = (tid / HD_MAX, tid % HD_MAX)
 // accumulates dim d of queries r·NC_QPT .. (r + 1)·NC_QPT − 1 over the tile's weights.
 // Keys: split s takes its share of the union of the queries' ranges (modes 0 and 2: of a grid
-// fixed by the cache size); each query masks the keys outside its own (visible, sees). Output as attn: normalised (FINAL), else partials.
+// fixed by the cache size); each query masks the keys outside its own (visible, sees). Output
+// as attn: normalised (FINAL), else partials.
 // NC_Q, NC_KT (query vectors, key rows a tile; NC_Q · NC_KT = NC_WG) come from the key.
 const NC_WG: u32 = 256u;
 // Rows as vec4s (the scores' loads are 16 bytes: a quarter of the workgroup-memory loads of
