@@ -50,8 +50,35 @@ pub struct DecodeArgs {
     /// Buffer size for the bandwidth measurement, MiB.
     #[arg(long, default_value_t = 1024)]
     pub bw_mib: usize,
+    /// Untimed steps before timing run for at least this long (see [`warm_up`]).
+    #[arg(long, default_value_t = 1000)]
+    pub warmup_ms: u64,
     #[arg(long)]
     pub json: bool,
+}
+
+/// Most untimed steps [`warm_up`] runs, whatever `--warmup-ms` asks: context rows the
+/// benchmark must allocate for them.
+pub(crate) const WARM_MAX: usize = 128;
+
+/// Runs `step` untimed until `ms` milliseconds have passed, at least twice (compilation, then
+/// hip graph capture) and at most [`WARM_MAX`] times; returns the number of steps run. A
+/// GPU must be busy for a while before the timed steps: NVIDIA's Vulkan driver raises the SM
+/// clock only after some time under load (session 27 on an H100: wgpu benchmarks that timed
+/// right after loading the model sat at 300-600 MHz in a third of the samples, reason "idle",
+/// and read 1.3-4 × slower than the same steps inside a long spec run), where a CUDA context
+/// starts at full clock.
+pub(crate) fn warm_up(
+    ms: u64,
+    mut step: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
+    let t = Instant::now();
+    let mut n = 0;
+    while n < 2 || (n < WARM_MAX && t.elapsed().as_millis() < u128::from(ms)) {
+        step()?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Prompt tokens per forward of `bench decode --depth` (as `generate`'s default chunk).
@@ -219,11 +246,10 @@ pub(crate) fn bytes_per_token(m: &Qwen35) -> usize {
 
 fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     let mut be = backend::create(&a.backend)?;
-    let bw = be.copy_bandwidth(a.bw_mib << 20).ok();
     let m = Qwen35::load(&a.model).with_context(|| format!("loading {}", a.model.display()))?;
     anyhow::ensure!(a.rows >= 1, "--rows must be at least 1");
     anyhow::ensure!(a.n >= 1, "-n must be at least 1 (steps timed)");
-    let ctx = a.ctx.max(a.depth + (a.n + 1) * a.rows + 1);
+    let ctx = a.ctx.max(a.depth + (a.n.max(WARM_MAX) + 1) * a.rows + 1);
     let name = be.name();
     let mut s = Session::new(&m, be.as_mut(), ctx)?;
     let opts = GraphOptions {
@@ -240,8 +266,19 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     for chunk in prompt.chunks(DEPTH_CHUNK) {
         s.forward(chunk, &opts)?;
     }
-    // Warm-up: compiles the step graph and touches every weight once.
-    let mut tok = s.forward(&vec![1; a.rows], &opts)?.argmax[0];
+    // Warm-up: compiles the step graph, touches every weight and brings the GPU to its
+    // working clock; the timed steps then start from the state the prompt left.
+    let start = s.snapshot()?;
+    let warmed = warm_up(a.warmup_ms, || {
+        s.forward(&vec![1; a.rows], &opts)?;
+        Ok(())
+    });
+    // The roofline's bandwidth is measured warm too, between the warm-up and the timed steps.
+    let bw = s.backend().copy_bandwidth(a.bw_mib << 20).ok();
+    let restored = warmed.and_then(|_| Ok(s.restore(&start)?));
+    s.release(start)?;
+    restored?;
+    let mut tok = 1;
     let bar = indicatif::ProgressBar::new(a.n as u64);
     if a.json {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

@@ -46,6 +46,10 @@ pub struct Args {
     /// Sequences drafted in one launch (DFlash2 only).
     #[arg(long, default_value_t = 1)]
     pub seqs: usize,
+    /// Untimed target steps before timing run for at least this long (the GPU's clock, see
+    /// `bench decode`).
+    #[arg(long, default_value_t = 1000)]
+    pub warmup_ms: u64,
     #[arg(long)]
     pub json: bool,
 }
@@ -105,7 +109,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let mut rng = Rng::new(1);
 
     // Target: verify-sized steps with feature capture.
-    let cap = a.ctx + (a.n + 2) * (bsz + a.accept) + bsz;
+    let cap = a.ctx + (a.n + 2) * (bsz + a.accept) + (super::bench::WARM_MAX + 1) * bsz;
     let mut s = Session::new(&m, be.as_mut(), cap)?;
     let opts = GraphOptions {
         logits: LogitRows::All,
@@ -115,10 +119,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     };
     let block = vec![1u32; bsz];
     // Warm-up: the first run compiles the graph and touches the weights, the second captures
-    // it (hip graphs); timing from the third on gives the steady state a spec loop pays.
-    for _ in 0..WARMUP {
+    // it (hip graphs), and more follow until the GPU runs at its working clock; timing after
+    // that gives the steady state a spec loop pays.
+    super::bench::warm_up(a.warmup_ms, || {
         s.forward(&block, &opts)?;
-    }
+        Ok(())
+    })?;
     let t = Instant::now();
     for _ in 0..a.n {
         s.forward(&block, &opts)?;
