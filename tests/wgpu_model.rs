@@ -290,3 +290,71 @@ fn verify_rows_equal_decode_steps_bit_for_bit() {
         );
     }
 }
+
+/// Greedy decode step by step on `be`: `n` tokens after `prompt` (as `generate_greedy`
+/// without pipelining), then the logits of one more step on `extra` (the state it left).
+fn stepwise(
+    m: &Qwen35,
+    be: &mut dyn Backend,
+    prompt: &[u32],
+    n: usize,
+    extra: u32,
+) -> (Vec<u32>, usize, Vec<f32>) {
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: Vec::new(),
+        read_logits: true,
+    };
+    let mut s = Session::new(m, be, 64).unwrap();
+    let mut tok = s.forward(prompt, &opts).unwrap().argmax[0];
+    let mut out = vec![tok];
+    while out.len() < n {
+        tok = s.forward(&[tok], &opts).unwrap().argmax[0];
+        out.push(tok);
+    }
+    let pos = s.pos();
+    let logits = s.forward(&[extra], &opts).unwrap().logits;
+    (out, pos, logits)
+}
+
+#[test]
+fn pipelined_greedy_decode_equals_stepwise_decode() {
+    // wgpu queues the step after the next before reading a token back, the token taken from
+    // the previous step's argmax on the device: same tokens, bit for bit, and the same state
+    // afterwards (a step from it gives the same logits); a stop token ends the output where
+    // the stepwise decode would, with its own step consumed.
+    let m = synth_model(synth::Recipe::Q8_0, 3);
+    let Some(mut gpu) = wgpu(true) else { return };
+    assert!(gpu.pipelines());
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: Vec::new(),
+        read_logits: true,
+    };
+    for n in [1, 2, 3, 9] {
+        let (want, want_pos, want_logits) = stepwise(&m, gpu.as_mut(), &PROMPT, n, 77);
+        let mut s = Session::new(&m, gpu.as_mut(), 64).unwrap();
+        let got = s.generate_greedy(&PROMPT, n, 512, None, |_| {}).unwrap();
+        assert_eq!(got, want, "n {n}");
+        // Every returned token but the last is consumed.
+        assert_eq!(s.pos(), PROMPT.len() + n - 1, "n {n}");
+        assert_eq!(s.pos(), want_pos);
+        let logits = s.forward(&[77], &opts).unwrap().logits;
+        assert_eq!(logits, want_logits, "n {n}: the state after the decode");
+    }
+    // A stop token: the fourth token of the free run.
+    let (free, _, _) = stepwise(&m, gpu.as_mut(), &PROMPT, 9, 77);
+    let stop = free[3];
+    let cut = free.iter().position(|&t| t == stop).unwrap() + 1;
+    let (_, _, want_logits) = stepwise(&m, gpu.as_mut(), &PROMPT, cut + 1, 77);
+    let mut s = Session::new(&m, gpu.as_mut(), 64).unwrap();
+    let got = s
+        .generate_greedy(&PROMPT, 9, 512, Some(stop), |_| {})
+        .unwrap();
+    assert_eq!(got, free[..cut]);
+    // The step consuming the stop token was queued: the state covers it.
+    assert_eq!(s.pos(), PROMPT.len() + cut);
+    assert_eq!(s.forward(&[77], &opts).unwrap().logits, want_logits);
+}

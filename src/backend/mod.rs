@@ -108,6 +108,17 @@ impl StateCopy {
     }
 }
 
+/// How a pipelined run ([`Backend::submit`]) links to the run submitted before it: every
+/// pipelined run keeps its output `output` on the device, and one submitted with
+/// `from_previous` reads it as its input `input` (greedy decode: the previous step's argmax as
+/// this step's token) instead of the host value passed for that input.
+#[derive(Clone, Copy, Debug)]
+pub struct Feed<'a> {
+    pub output: &'a str,
+    pub input: &'a str,
+    pub from_previous: bool,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WeightsId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -202,6 +213,43 @@ pub trait Backend {
         states: StatesId,
         inputs: &[(&str, HostData)],
     ) -> Result<Vec<(String, HostTensor)>, BackendError>;
+
+    /// Whether [`Backend::submit`] and [`Backend::collect`] are available: runs queued on the
+    /// device while the host still waits for earlier ones, so the device never idles between
+    /// steps (wgpu: the host's encoding and the readback otherwise leave gaps long enough for
+    /// the driver to lower the clock).
+    fn pipelines(&self) -> bool {
+        false
+    }
+
+    /// Queues a run of `exe` (inputs as [`Backend::run`], linked to the previous pipelined run
+    /// by `feed`) without waiting for it; [`Backend::collect`] returns the outputs of queued
+    /// runs in the order they were submitted. A plain [`Backend::run`] must not be issued while
+    /// runs are queued.
+    fn submit(
+        &mut self,
+        exe: ExecId,
+        weights: WeightsId,
+        states: StatesId,
+        inputs: &[(&str, HostData)],
+        feed: Feed,
+    ) -> Result<(), BackendError> {
+        let _ = (exe, weights, states, inputs, feed);
+        Err(BackendError::Unsupported {
+            backend: self.name(),
+            op: "submit".into(),
+            msg: "this backend runs graphs one at a time".into(),
+        })
+    }
+
+    /// Waits for the oldest queued run and returns its outputs (see [`Backend::submit`]).
+    fn collect(&mut self) -> Result<Vec<(String, HostTensor)>, BackendError> {
+        Err(BackendError::Unsupported {
+            backend: self.name(),
+            op: "collect".into(),
+            msg: "no run is queued".into(),
+        })
+    }
 
     /// Measures device-memory copy bandwidth in bytes/s (read + write counted) over a buffer
     /// of `bytes`: the roofline the decode benchmark compares against.

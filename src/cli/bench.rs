@@ -285,9 +285,14 @@ fn decode(a: &DecodeArgs) -> anyhow::Result<()> {
     }
     crate::backend::profile::reset();
     let t = Instant::now();
-    for _ in 0..a.n {
-        tok = s.forward(&vec![tok; a.rows], &opts)?.argmax[0];
-        bar.inc(1);
+    if a.rows == 1 {
+        // As `generate` decodes: pipelined where the backend queues steps.
+        s.decode_greedy(tok, a.n + 1, None, |_| bar.inc(1))?;
+    } else {
+        for _ in 0..a.n {
+            tok = s.forward(&vec![tok; a.rows], &opts)?.argmax[0];
+            bar.inc(1);
+        }
     }
     let secs = t.elapsed().as_secs_f64();
     bar.finish_and_clear();

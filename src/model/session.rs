@@ -8,6 +8,8 @@ use crate::backend::{Backend, ExecId, HostData, StateCopy, StateDecl, StatesId, 
 use crate::state::Snapshot;
 use std::collections::HashMap;
 
+mod greedy;
+
 /// What one step returns.
 #[derive(Clone, Debug, Default)]
 pub struct StepOutput {
@@ -469,40 +471,5 @@ impl<'a> Session<'a> {
             }
         }
         Ok(out)
-    }
-
-    /// Greedy generation: prefills `prompt` in chunks of at most `chunk` tokens, then decodes
-    /// one token at a time. Stops after `n` tokens or at `stop`. Calls `on_token` per token.
-    pub fn generate_greedy(
-        &mut self,
-        prompt: &[u32],
-        n: usize,
-        chunk: usize,
-        stop: Option<u32>,
-        mut on_token: impl FnMut(u32),
-    ) -> Result<Vec<u32>, ModelError> {
-        let opts = GraphOptions {
-            logits: LogitRows::Last,
-            argmax: true,
-            capture: Vec::new(),
-            read_logits: false,
-        };
-        let mut out = Vec::with_capacity(n);
-        if prompt.is_empty() || n == 0 {
-            return Ok(out);
-        }
-        let mut last = StepOutput::default();
-        for piece in prompt.chunks(chunk.max(1)) {
-            last = self.forward(piece, &opts)?;
-        }
-        loop {
-            let tok = last.argmax[0];
-            out.push(tok);
-            on_token(tok);
-            if out.len() >= n || Some(tok) == stop {
-                return Ok(out);
-            }
-            last = self.forward(&[tok], &opts)?;
-        }
     }
 }

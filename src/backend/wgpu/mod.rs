@@ -15,12 +15,13 @@ pub mod lower;
 mod matmul;
 mod probe;
 mod relayout;
+mod run;
 pub mod shaders;
 mod stats;
 mod timing;
 
 use super::{
-    Backend, BackendError, ExecId, HostData, HostTensor, StateDecl, StatesId, WeightStore,
+    Backend, BackendError, ExecId, Feed, HostData, HostTensor, StateDecl, StatesId, WeightStore,
     WeightsId,
 };
 use crate::graph::Graph;
@@ -232,6 +233,14 @@ pub struct WgpuBackend {
     weights: Vec<HashMap<String, GpuWeight>>,
     states: Vec<Option<StateSet>>,
     execs: Vec<Exec>,
+    /// Pipelined runs in flight, oldest first ([`Backend::submit`]).
+    pending: std::collections::VecDeque<run::Pending>,
+    /// Staging buffers of collected pipelined runs, per exec, for reuse.
+    spare: HashMap<usize, Vec<wgpu::Buffer>>,
+    /// The output the last pipelined run kept for the next one ([`Feed`]), and whether it
+    /// holds one.
+    feed: Option<wgpu::Buffer>,
+    fed: bool,
 }
 
 /// A graph run submits its first C dispatches as soon as they are encoded, then chunks of 2C,
@@ -298,6 +307,10 @@ impl WgpuBackend {
             weights: Vec::new(),
             states: Vec::new(),
             execs: Vec::new(),
+            pending: Default::default(),
+            spare: HashMap::new(),
+            feed: None,
+            fed: false,
         })
     }
 
@@ -549,7 +562,7 @@ impl WgpuBackend {
             off += n4;
         }
         self.gpu.queue.submit([enc.finish()]);
-        let bytes = self.map_read(&staging, total)?;
+        let bytes = self.map_read(&staging, total, None)?;
         let mut out = Vec::new();
         let mut off = 0usize;
         for (_, n) in regions {
@@ -559,14 +572,24 @@ impl WgpuBackend {
         Ok(out)
     }
 
-    fn map_read(&self, staging: &wgpu::Buffer, total: u64) -> Result<Vec<u8>, BackendError> {
+    /// Maps `staging` once submission `index` (default: the latest) has completed and copies
+    /// out its first `total` bytes.
+    fn map_read(
+        &self,
+        staging: &wgpu::Buffer,
+        total: u64,
+        index: Option<wgpu::SubmissionIndex>,
+    ) -> Result<Vec<u8>, BackendError> {
         let (tx, rx) = std::sync::mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, .., move |r| {
             let _ = tx.send(r);
         });
         self.gpu
             .device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait {
+                submission_index: index,
+                timeout: None,
+            })
             .map_err(|e| dev_err(format!("poll: {e}")))?;
         rx.recv()
             .map_err(|_| dev_err("map callback dropped"))?
@@ -1050,179 +1073,30 @@ impl Backend for WgpuBackend {
         states: StatesId,
         inputs: &[(&str, HostData)],
     ) -> Result<Vec<(String, HostTensor)>, BackendError> {
-        let e = self
-            .execs
-            .get(exe.0 as usize)
-            .ok_or_else(|| bad_handle(format!("exec {}", exe.0)))?;
-        // Inputs: presence, type and size, then the data checks (ids and positions).
-        let mut data: Vec<&HostData> = Vec::with_capacity(e.low.inputs.len());
-        for id in &e.low.inputs {
-            let t = e.graph.tensor(*id);
-            let bad = |msg: String| BackendError::BadInput {
-                backend: NAME.into(),
-                name: t.name.clone(),
-                msg,
-            };
-            let (_, d) = inputs
-                .iter()
-                .find(|(n, _)| *n == t.name)
-                .ok_or_else(|| bad("not provided".into()))?;
-            if d.dtype() != t.dtype || d.len() != t.numel() {
-                return Err(bad(format!(
-                    "expected {} × {:?}, got {} × {}",
-                    t.dtype,
-                    t.shape,
-                    d.dtype(),
-                    d.len()
-                )));
-            }
-            data.push(d);
-        }
-        for c in &e.low.checks {
-            if let HostData::I32(v) = data[c.input]
-                && let Some((i, x)) = v
-                    .iter()
-                    .enumerate()
-                    .find(|(_, x)| usize::try_from(**x).ok().is_none_or(|x| x >= c.bound))
-            {
-                return Err(BackendError::BadInput {
-                    backend: NAME.into(),
-                    name: e.graph.tensor(e.low.inputs[c.input]).name.clone(),
-                    msg: format!("{} {x} at {i} is outside 0..{}", c.what, c.bound),
-                });
-            }
-        }
-        let key = (weights.0, states.0);
-        if !e.bind_cache.contains_key(&key) {
-            let groups = self.bind_groups(e, weights, states)?;
-            self.execs[exe.0 as usize].bind_cache.insert(key, groups);
-        }
-        let e = &self.execs[exe.0 as usize];
-        // The states must still exist (a freed set drops its cached groups, but be explicit).
-        self.state_set(states)?;
-        let q = &self.gpu.queue;
-        for (buf, d) in e.inputs.iter().zip(&data) {
-            let bytes: &[u8] = match d {
-                HostData::F32(v) => bytemuck::cast_slice(v),
-                HostData::I32(v) => bytemuck::cast_slice(v),
-            };
-            if !bytes.is_empty() {
-                q.write_buffer(buf, 0, bytes);
-            }
-        }
-        if !e.poison.is_empty() {
-            for s in &e.slots {
-                q.write_buffer(s, 0, &e.poison[..s.size() as usize]);
-            }
-        }
-        let groups = &e.bind_cache[&key];
-        let host = host_timing().then(std::time::Instant::now);
-        let mut encode = std::time::Duration::ZERO;
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
-        // The dispatches in chunks, each submitted as soon as it is encoded, so the GPU runs
-        // one chunk while the host encodes the next ([`submit_chunk`]); one chunk by default.
-        let n_disp = e.dispatches.len();
-        let mut chunk = submit_chunk().unwrap_or(n_disp).max(1);
-        let mut start = 0;
-        loop {
-            let end = (start + chunk).min(n_disp);
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("graph"),
-                    timestamp_writes: None,
-                });
-                if start == 0
-                    && let Some(t) = &e.timer
-                {
-                    t.mark(&mut pass, 0);
-                }
-                let run = e.dispatches[start..end].iter().zip(&groups[start..end]);
-                let reps = if e.timer.is_some() {
-                    timing::repeats()
-                } else {
-                    1
-                };
-                for (i, (d, bg)) in (start..end).zip(run) {
-                    pass.set_pipeline(&d.pipe.pipeline);
-                    pass.set_bind_group(0, bg, &[]);
-                    for _ in 0..reps {
-                        pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
-                    }
-                    if let Some(t) = &e.timer {
-                        t.mark(&mut pass, i + 1);
-                    }
-                }
-            }
-            if end >= n_disp {
-                break;
-            }
-            let t = std::time::Instant::now();
-            q.submit([enc.finish()]);
-            encode += t.elapsed();
-            enc = self.gpu.device.create_command_encoder(&Default::default());
-            start = end;
-            // Later chunks grow: the GPU is busy with the earlier ones.
-            chunk *= 2;
-        }
-        if let Some(t) = &e.timer {
-            t.resolve(&mut enc);
-        }
-        let sset = self.state_set(states)?;
-        let mut total = 0u64;
-        for ((_, r, id), off) in e.low.outputs.iter().zip(&e.out_offsets) {
-            let n = (e.graph.tensor(*id).numel() as u64 * 4).next_multiple_of(4);
-            total = off + n;
-            if n == 0 {
-                continue;
-            }
-            let src = match *r {
-                Res::Slot(i) => &e.slots[i],
-                Res::Input(i) => &e.inputs[i],
-                Res::State(i) => {
-                    let name = &e.graph.tensor(e.low.states[i]).name;
-                    &sset.bufs[sset.index(name).ok_or_else(|| Self::missing_state(name))?]
-                }
-                _ => return Err(dev_err("an output lives in a weight or scratch buffer")),
-            };
-            enc.copy_buffer_to_buffer(src, 0, &e.staging, *off, n);
-        }
-        q.submit([enc.finish()]);
-        let submitted = host.map(|t| t.elapsed());
-        let bytes = if total > 0 {
-            self.map_read(&e.staging, total)?
-        } else {
-            self.gpu
-                .device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|err| dev_err(format!("poll: {err}")))?;
-            self.take_errors()?;
-            Vec::new()
-        };
-        if let (Some(t0), Some(sub)) = (host, submitted) {
-            eprintln!(
-                "wgpu host: {n_disp} dispatches, encoded and submitted in {:.0} us (of which \
-                 intermediate submits {:.0} us), run {:.0} us",
-                sub.as_secs_f64() * 1e6,
-                encode.as_secs_f64() * 1e6,
-                t0.elapsed().as_secs_f64() * 1e6
-            );
-        }
-        if let Some(t) = &e.timer {
-            let labels: Vec<String> = e.dispatches.iter().map(|d| d.label.clone()).collect();
-            t.record(
-                &self.gpu.device,
-                self.gpu.queue.get_timestamp_period(),
-                &labels,
-            )?;
-        }
-        let mut out = Vec::with_capacity(e.low.outputs.len());
-        for ((name, _, id), off) in e.low.outputs.iter().zip(&e.out_offsets) {
-            let t = e.graph.tensor(*id);
-            let off = *off as usize;
-            let b = bytes[off..off + t.numel() * 4].to_vec();
-            out.push((name.clone(), HostTensor::from_bytes(t.dtype, &t.shape, b)));
-        }
-        Ok(out)
+        self.run_now(exe, weights, states, inputs)
+    }
+
+    /// Not while profiling (per-dispatch timestamps are read back after every run), nor with
+    /// `DELTASPEC_WGPU_PIPELINE=0`.
+    fn pipelines(&self) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| std::env::var("DELTASPEC_WGPU_PIPELINE").map_or(true, |v| v != "0"))
+            && !crate::backend::profile::enabled()
+    }
+
+    fn submit(
+        &mut self,
+        exe: ExecId,
+        weights: WeightsId,
+        states: StatesId,
+        inputs: &[(&str, HostData)],
+        feed: Feed,
+    ) -> Result<(), BackendError> {
+        self.submit_run(exe, weights, states, inputs, feed)
+    }
+
+    fn collect(&mut self) -> Result<Vec<(String, HostTensor)>, BackendError> {
+        self.collect_run()
     }
 
     fn kernel_stats(&mut self) -> Result<Vec<crate::backend::KernelStats>, BackendError> {
