@@ -51,7 +51,7 @@ pub struct DecodeArgs {
     #[arg(long, default_value_t = 1024)]
     pub bw_mib: usize,
     /// Untimed steps before timing run for at least this long (see [`warm_up`]).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 2000)]
     pub warmup_ms: u64,
     #[arg(long)]
     pub json: bool,
@@ -59,15 +59,17 @@ pub struct DecodeArgs {
 
 /// Most untimed steps [`warm_up`] runs, whatever `--warmup-ms` asks: context rows the
 /// benchmark must allocate for them.
-pub(crate) const WARM_MAX: usize = 128;
+pub(crate) const WARM_MAX: usize = 256;
 
 /// Runs `step` untimed until `ms` milliseconds have passed, at least twice (compilation, then
 /// hip graph capture) and at most [`WARM_MAX`] times; returns the number of steps run. A
 /// GPU must be busy for a while before the timed steps: NVIDIA's Vulkan driver raises the SM
 /// clock only after some time under load (session 27 on an H100: wgpu benchmarks that timed
 /// right after loading the model sat at 300-600 MHz in a third of the samples, reason "idle",
-/// and read 1.3-4 × slower than the same steps inside a long spec run), where a CUDA context
-/// starts at full clock.
+/// and read 1.3-4 × slower than the same steps inside a long spec run; session 28: 8 steps
+/// with no warm-up 29.0 ms against 12.2-12.7 for 200 steps after 1 s, and even after 1 s the
+/// first process on a fresh machine still measured a 48-step run at 15.3 ms), where a CUDA
+/// context starts at full clock.
 pub(crate) fn warm_up(
     ms: u64,
     mut step: impl FnMut() -> anyhow::Result<()>,

@@ -48,7 +48,7 @@ pub struct Args {
     pub seqs: usize,
     /// Untimed target steps before timing run for at least this long (the GPU's clock, see
     /// `bench decode`).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 2000)]
     pub warmup_ms: u64,
     #[arg(long)]
     pub json: bool,
@@ -109,7 +109,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let mut rng = Rng::new(1);
 
     // Target: verify-sized steps with feature capture.
-    let cap = a.ctx + (a.n + 2) * (bsz + a.accept) + (super::bench::WARM_MAX + 1) * bsz;
+    // Room for the timed and warm-up target steps, and for the one before every drafter round.
+    let cap =
+        a.ctx + (a.n + 2) * (bsz + a.accept) + (super::bench::WARM_MAX + 1 + WARMUP + a.n) * bsz;
     let mut s = Session::new(&m, be.as_mut(), cap)?;
     let opts = GraphOptions {
         logits: LogitRows::All,
@@ -150,14 +152,18 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         // Two untimed rounds of `accept` rows: the first compiles that graph and runs it
         // directly, the second captures it (hip graphs); a spec loop pays that once per shape,
         // the steady state is what every later round costs.
-        // Every round's features are drawn before the loop: drawing them between rounds left
-        // the GPU idle for a millisecond or two before each timed step, long enough for
-        // NVIDIA's Vulkan driver to drop the clock (session 27: the wgpu drafter step read
-        // 11.6-12.2 ms here against 3.0 ms a round inside a chain, which follows a verify).
+        // Every round follows an untimed verify-sized target step, as in a spec loop: the
+        // device is as busy and its caches as cold as there. Alone, the drafter rounds (a few
+        // ms of GPU work between host round trips) let NVIDIA's Vulkan driver hold the clock
+        // low (session 28, H100: the wgpu drafter step read 9.1 ms here after a 3 s warm-up,
+        // against 3.6 ms a round inside a chain). Every round's features are drawn before the
+        // loop, for the same reason.
         let rounds: Vec<Features> = (0..WARMUP + a.n)
             .map(|i| features(&mut rng, &layers, pos + i * a.accept, a.accept, h))
             .collect();
         for (i, f) in rounds.iter().enumerate() {
+            s.forward(&block, &opts)?;
+            let mut env = crate::spec::env(&mut s);
             drafter.commit(&mut env, &acc, f)?;
             if i == WARMUP {
                 crate::backend::profile::reset();
