@@ -119,6 +119,21 @@ pub struct Feed<'a> {
     pub from_previous: bool,
 }
 
+/// Graphs compiled so far in this process, by every backend.
+static GRAPH_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many graphs this process has compiled ([`Backend::compile`]). A step during which it
+/// moved paid for a build (lowering, pipelines: up to a second on wgpu), so its time says
+/// nothing about the steady state; the adaptive policy leaves such samples out.
+pub fn graph_builds() -> usize {
+    GRAPH_BUILDS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts one graph build (every backend's [`Backend::compile`] calls it).
+pub(crate) fn note_graph_build() {
+    GRAPH_BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WeightsId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

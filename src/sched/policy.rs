@@ -342,12 +342,22 @@ impl AdaptivePolicy {
     /// A spec step accepted `accepted` drafts in `secs` (the whole step: draft, verify,
     /// rollback). Starts a burst when the EMA falls below break-even.
     pub fn observe_spec(&mut self, accepted: usize, secs: f64) {
+        self.observe_spec_timed(accepted, Some(secs));
+    }
+
+    /// [`AdaptivePolicy::observe_spec`] where `secs` may be no sample (`None`: the step
+    /// carried a graph build, see [`crate::backend::graph_builds`]); its acceptance counts.
+    fn observe_spec_timed(&mut self, accepted: usize, secs: Option<f64>) {
         let probe = std::mem::replace(&mut self.probing, false);
         let alpha = if probe {
-            self.probe_time = Some(ema(self.probe_time, secs, self.cfg.time_alpha));
+            if let Some(secs) = secs {
+                self.probe_time = Some(ema(self.probe_time, secs, self.cfg.time_alpha));
+            }
             self.cfg.probe_alpha
         } else {
-            self.spec_time = Some(ema(self.spec_time, secs, self.cfg.time_alpha));
+            if let Some(secs) = secs {
+                self.spec_time = Some(ema(self.spec_time, secs, self.cfg.time_alpha));
+            }
             self.cfg.accept_alpha
         };
         let accept = ema(self.accept, accepted as f64, alpha);
@@ -387,6 +397,16 @@ impl AdaptivePolicy {
         let alpha = self.cfg.accept_alpha;
         self.width
             .observe(drafted, accepted, step_s, verify_s, alpha);
+    }
+
+    /// A chain spec step whose time carried a graph build (see
+    /// [`crate::backend::graph_builds`]): as [`AdaptivePolicy::observe_chain`] for its
+    /// acceptance, with no time sample. Session 28 (wgpu, H100): one such step of 1.1 s, taken
+    /// as the spec step's time, sent the policy into plain bursts for the rest of a run.
+    pub fn observe_chain_untimed(&mut self, drafted: usize, accepted: usize) {
+        self.observe_spec_timed(accepted, None);
+        let alpha = self.cfg.accept_alpha;
+        self.width.observe_acceptance(drafted, accepted, alpha);
     }
 
     /// Drafts the next chain round should verify, at most `max`: the width that maximises
@@ -615,6 +635,37 @@ mod tests {
         let mut p = AdaptivePolicy::new(PolicyConfig::default());
         p.observe_plain(plain_s);
         assert_eq!(p.decide().reason, Reason::Start);
+    }
+
+    #[test]
+    fn a_step_that_built_a_graph_counts_its_acceptance_not_its_time() {
+        // The wgpu code case: a 1-row step 12 ms, a chain round 26 ms accepting ~5.7 drafts;
+        // the first round of a new drafter shape also compiled its pipelines (1.1 s).
+        let (spec_s, plain_s) = (0.026, 0.012);
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        assert_eq!(p.decide().reason, Reason::Calibrate);
+        p.observe_plain(plain_s);
+        assert_eq!(p.decide().reason, Reason::Start);
+        p.observe_chain_untimed(7, 6);
+        let d = (0..20)
+            .map(|_| {
+                let ev = p.decide();
+                if ev.decision == Decision::Spec {
+                    p.observe_chain(7, 6, spec_s, spec_s, 0.02);
+                }
+                ev.decision
+            })
+            .collect::<Vec<_>>();
+        assert!(d.iter().all(|&x| x == Decision::Spec), "{d:?}");
+        assert!((p.a_min() - 0.8 * (spec_s / plain_s - 1.0)).abs() < 1e-9);
+
+        // Taken as a sample, the build's 1.1 s would have sent it into a plain burst.
+        let mut p = AdaptivePolicy::new(PolicyConfig::default());
+        p.decide();
+        p.observe_plain(plain_s);
+        p.decide();
+        p.observe_chain(7, 6, 1.1, 1.1, 0.02);
+        assert_eq!(p.decide().decision, Decision::Plain);
     }
 
     /// Steps of a simulated run: `(decision, seconds, tokens)`; the spec step accepts

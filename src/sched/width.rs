@@ -52,10 +52,7 @@ impl WidthModel {
         if drafted == 0 {
             return;
         }
-        let offered = (accepted + usize::from(accepted < drafted)) as f64;
-        let decay = 1.0 - alpha;
-        self.survived = self.survived * decay + alpha * accepted as f64;
-        self.offered = self.offered * decay + alpha * offered;
+        self.observe_acceptance(drafted, accepted, alpha);
         // The first verify at a width carries that shape's graph build (lowering, capture,
         // pipeline compiles): only later ones enter its time.
         if !self.seen.insert(drafted + 1) {
@@ -64,6 +61,18 @@ impl WidthModel {
         }
         let rest = (total_s - verify_s).max(0.0);
         self.other = Some(super::policy::ema(self.other, rest, alpha));
+    }
+
+    /// The acceptance part of [`WidthModel::observe`] alone: a step whose time is not a
+    /// sample (it carried a graph build, see [`crate::backend::graph_builds`]).
+    pub fn observe_acceptance(&mut self, drafted: usize, accepted: usize, alpha: f64) {
+        if drafted == 0 {
+            return;
+        }
+        let offered = (accepted + usize::from(accepted < drafted)) as f64;
+        let decay = 1.0 - alpha;
+        self.survived = self.survived * decay + alpha * accepted as f64;
+        self.offered = self.offered * decay + alpha * offered;
     }
 
     /// Per-draft survival estimate, once any draft was offered.

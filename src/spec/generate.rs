@@ -345,6 +345,8 @@ pub fn generate_spec(
                 (_, Some(e)) => e.decision == Decision::Spec,
                 _ => true,
             };
+            // A step that builds a graph is no timing sample for the policy.
+            let builds = crate::backend::graph_builds();
             let mut stats = if spec && max > 0 {
                 let t = Instant::now();
                 // The drafter needs the rows of the plain steps before it proposes: one commit
@@ -373,7 +375,11 @@ pub fn generate_spec(
                 // and the spec EMA decays the switch cost away while speculation stays on.
                 // Host-only for the DFlash / DSpark / DFlash2 drafters (their K/V append runs
                 // in `propose`, which was always part of the spec step).
-                if let Some(p) = policy.as_mut() {
+                if let Some(p) = policy.as_mut()
+                    && crate::backend::graph_builds() != builds
+                {
+                    p.observe_chain_untimed(r.drafted, r.accepted);
+                } else if let Some(p) = policy.as_mut() {
                     // A stash committed mid-burst at its cap (outside this step's time) too.
                     let step_s = r.draft_s + r.verify_s + r.rollback_s + r.commit_s;
                     p.observe_chain(
@@ -419,6 +425,7 @@ pub fn generate_spec(
                 // A plain step forced by the budget (no room to draft) is not a policy sample.
                 if let (Some(p), Some(e)) = (policy.as_mut(), &ev)
                     && e.decision == Decision::Plain
+                    && crate::backend::graph_builds() == builds
                 {
                     p.observe_plain(st.total_s - flushed_s);
                 }

@@ -178,6 +178,7 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
+        crate::backend::note_graph_build();
         graph.validate()?;
         self.execs.push(Compiled {
             graph: Arc::new(graph.clone()),

@@ -1006,6 +1006,8 @@ impl HipBackend {
     /// (which runs this step). On failure nothing of the run has executed: the caller launches
     /// directly.
     fn capture_and_launch(&self, env: &lower::Env, key: graphs::Key) -> Result<(), String> {
+        // A capture is part of a graph's build (see `crate::backend::graph_builds`).
+        crate::backend::note_graph_build();
         self.drv.capture_begin()?;
         self.capturing.set(true);
         let queued = self.launch_nodes(env, false);
@@ -1258,6 +1260,7 @@ impl Backend for HipBackend {
     }
 
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
+        crate::backend::note_graph_build();
         graph.validate()?;
         lower::check_supported(self, graph)?;
         let fusion = fused::plan(self, graph);

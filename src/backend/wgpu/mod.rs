@@ -915,6 +915,7 @@ impl Backend for WgpuBackend {
     }
 
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
+        crate::backend::note_graph_build();
         graph.validate()?;
         let caps = lower::Caps {
             max_binding: self.max_weight_binding,
@@ -1092,7 +1093,12 @@ impl Backend for WgpuBackend {
         inputs: &[(&str, HostData)],
         feed: Feed,
     ) -> Result<(), BackendError> {
-        self.submit_run(exe, weights, states, inputs, feed)
+        let r = self.submit_run(exe, weights, states, inputs, feed);
+        if r.is_err() {
+            // A failed submission leaves the queue unusable: forget what it holds.
+            self.pending.clear();
+        }
+        r
     }
 
     fn collect(&mut self) -> Result<Vec<(String, HostTensor)>, BackendError> {

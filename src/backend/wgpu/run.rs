@@ -282,22 +282,6 @@ impl WgpuBackend {
         inputs: &[(&str, HostData)],
         feed: Feed,
     ) -> Result<(), BackendError> {
-        let r = self.submit_inner(exe, weights, states, inputs, feed);
-        if r.is_err() {
-            // A failed submission leaves the queue unusable: forget what it holds.
-            self.pending.clear();
-        }
-        r
-    }
-
-    fn submit_inner(
-        &mut self,
-        exe: ExecId,
-        weights: WeightsId,
-        states: StatesId,
-        inputs: &[(&str, HostData)],
-        feed: Feed,
-    ) -> Result<(), BackendError> {
         let ei = self.prepare(exe, weights, states, inputs)?;
         let e = &self.execs[ei];
         let bad = |msg: String| BackendError::BadInput {

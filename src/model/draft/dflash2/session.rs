@@ -187,7 +187,17 @@ impl<'a> BatchSession<'a> {
             }
             rows.push(r.feats.len() / width);
         }
-        let tc = bucket(rows.iter().copied().max().unwrap_or(0));
+        let widest = rows.iter().copied().max().unwrap_or(0);
+        // Where the backend prefers fixed widths (wgpu: a new graph shape compiles pipelines
+        // mid-generation, up to a second), a round's append (1 .. B rows) pads to the block:
+        // one graph for every chain round instead of one per power of two. Session 28, H100:
+        // the adaptive policy met appends of 1, 2 and 4 rows only in its timed runs and spent
+        // 0.08-1.1 s of their drafting compiling them.
+        let tc = if widest > 0 && crate::backend::fixed_step_widths(&*self.backend) {
+            bucket(widest.max(bsz))
+        } else {
+            bucket(widest)
+        };
         let exe = match self.p.execs.get(&(tc, extras)) {
             Some(e) => *e,
             None => {
