@@ -358,3 +358,34 @@ fn pipelined_greedy_decode_equals_stepwise_decode() {
     assert_eq!(s.pos(), PROMPT.len() + cut);
     assert_eq!(s.forward(&[77], &opts).unwrap().logits, want_logits);
 }
+
+#[test]
+fn capturing_features_leaves_the_decode_logits_bit_for_bit() {
+    // A spec loop's plain steps capture the drafter's feature layers; the AR baseline's steps
+    // capture nothing. Greedy speculation is lossless only if both give the same bits.
+    let m = synth_model(synth::Recipe::Q8_0, 6);
+    let Some(mut gpu) = wgpu(true) else { return };
+    let n = m.cfg.n_layers;
+    let run = |gpu: &mut dyn Backend, capture: Vec<usize>| {
+        let opts = GraphOptions {
+            logits: LogitRows::Last,
+            argmax: true,
+            capture,
+            read_logits: true,
+        };
+        let mut s = Session::new(&m, gpu, 64).unwrap();
+        let mut out = vec![s.forward(&PROMPT, &opts).unwrap().logits];
+        for t in [3u32, 250, 17, 404, 9] {
+            out.push(s.forward(&[t], &opts).unwrap().logits);
+        }
+        out
+    };
+    let plain = run(gpu.as_mut(), Vec::new());
+    for capture in [vec![0], vec![1, n - 1], (0..n).collect()] {
+        let got = run(gpu.as_mut(), capture.clone());
+        for (i, (a, b)) in plain.iter().zip(&got).enumerate() {
+            let same = a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "capture {capture:?}: step {i} differs");
+        }
+    }
+}
