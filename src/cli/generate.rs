@@ -100,6 +100,7 @@ pub struct Args {
     pub probe_budget: f64,
     /// Adaptive policy: choose each chain round's number of drafts from the live per-draft
     /// survival and verify time per row count (`on`), or always verify the full block (`off`).
+    /// Backends whose verifies run padded to a fixed width (wgpu) always verify the full block.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub adapt_width: String,
     /// Adaptive policy: print every decision to stderr.
