@@ -379,20 +379,20 @@ pub fn generate_spec(
                 // and the spec EMA decays the switch cost away while speculation stays on.
                 // Host-only for the DFlash / DSpark / DFlash2 drafters (their K/V append runs
                 // in `propose`, which was always part of the spec step).
-                if let Some(p) = policy.as_mut()
-                    && crate::backend::graph_builds() != builds
-                {
-                    p.observe_chain_untimed(r.drafted, r.accepted);
-                } else if let Some(p) = policy.as_mut() {
-                    // A stash committed mid-burst at its cap (outside this step's time) too.
-                    let step_s = r.draft_s + r.verify_s + r.rollback_s + r.commit_s;
-                    p.observe_chain(
-                        r.drafted,
-                        r.accepted,
-                        total + owed_commit_s,
-                        step_s,
-                        r.verify_s,
-                    );
+                if let Some(p) = policy.as_mut() {
+                    if crate::backend::graph_builds() != builds {
+                        p.observe_chain_untimed(r.drafted, r.accepted);
+                    } else {
+                        // A stash committed mid-burst at its cap (outside this step's time) too.
+                        let step_s = r.draft_s + r.verify_s + r.rollback_s + r.commit_s;
+                        p.observe_chain(
+                            r.drafted,
+                            r.accepted,
+                            total + owed_commit_s,
+                            step_s,
+                            r.verify_s,
+                        );
+                    }
                 }
                 owed_commit_s = 0.0;
                 root = r.bonus();

@@ -237,10 +237,9 @@ pub struct WgpuBackend {
     pending: std::collections::VecDeque<run::Pending>,
     /// Staging buffers of collected pipelined runs, per exec, for reuse.
     spare: HashMap<usize, Vec<wgpu::Buffer>>,
-    /// The output the last pipelined run kept for the next one ([`Feed`]), and whether it
-    /// holds one.
+    /// The output the last pipelined run kept for the next one ([`Feed`]); none before the
+    /// first pipelined run and after a failed one.
     feed: Option<wgpu::Buffer>,
-    fed: bool,
 }
 
 /// A graph run submits its first C dispatches as soon as they are encoded, then chunks of 2C,
@@ -310,7 +309,6 @@ impl WgpuBackend {
             pending: Default::default(),
             spare: HashMap::new(),
             feed: None,
-            fed: false,
         })
     }
 
@@ -1095,8 +1093,7 @@ impl Backend for WgpuBackend {
     ) -> Result<(), BackendError> {
         let r = self.submit_run(exe, weights, states, inputs, feed);
         if r.is_err() {
-            // A failed submission leaves the queue unusable: forget what it holds.
-            self.pending.clear();
+            self.reset_queue();
         }
         r
     }

@@ -316,7 +316,7 @@ impl WgpuBackend {
             )));
         }
         let bytes = it.numel() as u64 * 4;
-        if feed.from_previous && self.pending.is_empty() && !self.fed {
+        if feed.from_previous && self.feed.is_none() {
             return Err(bad("no earlier pipelined run to feed from".into()));
         }
         if self.feed.as_ref().is_none_or(|f| f.size() < bytes) {
@@ -343,7 +343,6 @@ impl WgpuBackend {
             keep: Some((out, bytes)),
         };
         let (total, index) = self.launch(ei, weights, states, &staging, link)?;
-        self.fed = true;
         self.pending.push_back(Pending {
             exe: ei,
             staging,
@@ -351,6 +350,13 @@ impl WgpuBackend {
             index,
         });
         Ok(())
+    }
+
+    /// Forgets the queued runs and the kept feed output (after a failed submission or
+    /// readback the queue is unusable).
+    pub(super) fn reset_queue(&mut self) {
+        self.pending.clear();
+        self.feed = None;
     }
 
     /// [`crate::backend::Backend::collect`].
@@ -362,8 +368,7 @@ impl WgpuBackend {
         let bytes = match self.map_read(&p.staging, p.total, Some(p.index)) {
             Ok(b) => b,
             Err(err) => {
-                self.pending.clear();
-                self.fed = false;
+                self.reset_queue();
                 return Err(err);
             }
         };
