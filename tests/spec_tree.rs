@@ -98,11 +98,18 @@ fn tree_verify_rows_equal_chain_verify_of_their_paths_wgpu() {
     tree_logits_equal_path_logits("wgpu", 1e-4);
 }
 
-/// wgpu verifies at the reserved width (`Backend::prefers_fixed_verify_width`): a tree padded
-/// with copies of its last row gives the same logits, and after a commit the same states, bit
-/// for bit, as the tree at its own width.
-#[test]
-fn padded_tree_verify_equals_exact_width_wgpu() {
+/// wgpu verifies at the reserved width (`Backend::prefers_fixed_step_widths`): a verify padded
+/// past its last row gives the same logits, and after a commit the same states (the KV rows up
+/// to the new position), bit for bit, as the verify at its own width. Both kinds of per-row
+/// state: a tree with per-row recurrent states, and a chain with factor-replay logs, whose
+/// recurrent step runs the rows in sequence (session 28's drift on the 27B: padding rows that
+/// repeated the last row's cache row overwrote its K/V there with their own).
+fn padded_verify_equals_exact_width_wgpu(
+    parents: &[i32],
+    extra: usize,
+    log: bool,
+    keeps: &[usize],
+) {
     let Some(mut be) = open("wgpu") else {
         return;
     };
@@ -110,35 +117,65 @@ fn padded_tree_verify_equals_exact_width_wgpu() {
     let vocab = m.cfg.vocab;
     let mut rng = Rng::new(7);
     let prompt: Vec<u32> = (0..5).map(|_| rng.below(vocab) as u32).collect();
-    let tokens: Vec<u32> = (0..PARENTS.len())
+    let tokens: Vec<u32> = (0..parents.len())
         .map(|_| rng.below(vocab) as u32)
         .collect();
-    let ctx = prompt.len() + PARENTS.len() + 1;
+    // No room past the verified rows: the padding rows' K/V go to the cache's slack rows.
+    let ctx = prompt.len() + parents.len() + 1;
     let mut run = |reserve: usize, keep: usize| {
         let mut s = Session::new(&m, be.as_mut(), ctx).unwrap();
-        s.reserve_tree_rows(reserve).unwrap();
+        if log {
+            s.reserve_log_rows(reserve).unwrap();
+        } else {
+            s.reserve_tree_rows(reserve).unwrap();
+        }
         s.forward(&prompt, &all_logits()).unwrap();
-        let out = s.forward_tree(&tokens, PARENTS, &all_logits()).unwrap();
-        s.commit_tree(&path(PARENTS, keep)).unwrap();
+        let out = s.forward_tree(&tokens, parents, &all_logits()).unwrap();
+        s.commit_tree(&path(parents, keep)).unwrap();
+        let kv_rows = s.pos() * m.cfg.n_kv_heads * m.cfg.head_dim;
         let mut states = Vec::new();
         for (i, kind) in m.cfg.layers.iter().enumerate() {
-            let names = state_names(*kind, i);
-            for st in names {
-                states.push((st.clone(), s.read_state(&st).unwrap()));
+            for st in state_names(*kind, i) {
+                let mut v = s.read_state(&st).unwrap();
+                if *kind == LayerKind::Attention {
+                    v.truncate(kv_rows);
+                }
+                states.push((st.clone(), v));
             }
         }
-        (out, states)
+        // The next step reads those states.
+        let next = s.forward(&tokens[..1], &all_logits()).unwrap();
+        (out, states, next.logits)
     };
-    for keep in [PARENTS.len() - 1, 6] {
-        let (exact, exact_states) = run(PARENTS.len(), keep);
-        let (padded, padded_states) = run(PARENTS.len() + 5, keep);
-        assert_eq!(padded.rows, PARENTS.len());
+    for &keep in keeps {
+        let (exact, exact_states, exact_next) = run(parents.len(), keep);
+        let (padded, padded_states, padded_next) = run(parents.len() + extra, keep);
+        assert_eq!(padded.rows, parents.len());
         assert_eq!(padded.argmax, exact.argmax);
-        assert!(padded.logits == exact.logits, "keep {keep}: logits differ");
+        assert!(
+            padded.logits == exact.logits,
+            "log {log} keep {keep}: logits differ (rel err {:e})",
+            rel_err(&padded.logits, &exact.logits)
+        );
         for ((name, a), (_, b)) in exact_states.iter().zip(&padded_states) {
-            assert!(a == b, "keep {keep}: state {name} differs");
+            assert!(a == b, "log {log} keep {keep}: state {name} differs");
         }
+        assert!(
+            padded_next == exact_next,
+            "log {log} keep {keep}: the next step's logits differ"
+        );
     }
+}
+
+#[test]
+fn padded_tree_verify_equals_exact_width_wgpu() {
+    padded_verify_equals_exact_width_wgpu(PARENTS, 5, false, &[PARENTS.len() - 1, 6]);
+}
+
+#[test]
+fn padded_logged_chain_verify_equals_exact_width_wgpu() {
+    let chain: Vec<i32> = (-1..5).collect();
+    padded_verify_equals_exact_width_wgpu(&chain, 2, true, &[5, 2, 0]);
 }
 
 #[test]

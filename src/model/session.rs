@@ -28,6 +28,9 @@ pub struct Session<'a> {
     weights: WeightsId,
     states: StatesId,
     ctx: usize,
+    /// Rows of the KV caches: `ctx`, and on backends whose verifies run padded to a fixed
+    /// width [`PAD_SLACK`] more for the padding rows' K/V (see `pad_verify`).
+    cache_rows: usize,
     pos: usize,
     /// The state set's declarations: the sequence state, then the per-row verify states.
     decls: Vec<StateDecl>,
@@ -65,6 +68,65 @@ pub fn tree_layout(parents: &[i32]) -> Result<(Vec<usize>, Vec<i32>), ModelError
     Ok((depth, mask))
 }
 
+/// KV cache rows past the context kept for the padding rows of fixed-width verifies: a verify
+/// of up to `PAD_SLACK + 1` reserved rows runs at its full width up to the last position.
+pub const PAD_SLACK: usize = 16;
+
+/// The inputs of a verify of the tree `tokens`/`parents` (depths and ancestor mask from
+/// [`tree_layout`]) at committed length `base`, padded to `w ≥ t` rows: `ids`, `pos`, `kv_rows`,
+/// `parent` and the `[w, w]` `mask`.
+///
+/// Rows t.. continue a chain from the last row (token repeated, next position, next cache row,
+/// the row before as parent): a well-formed tree whatever the per-row state kind. Their K/V
+/// land in cache rows past the verified ones, which no real row sees and which the next step
+/// overwrites; their per-row states and logs land in the unused rows t..; their outputs are
+/// dropped. They must not share the last row's cache row: in a factor-replay (logged) verify
+/// the recurrent step runs the rows in sequence, so a repeat of the last row computes other
+/// K/V than it and would overwrite that row's (session 28's drift on the 27B).
+fn pad_verify(
+    tokens: &[u32],
+    parents: &[i32],
+    depth: &[usize],
+    mask: Vec<i32>,
+    base: usize,
+    w: usize,
+) -> [(&'static str, HostData); 5] {
+    let t = tokens.len();
+    let base = base as i32;
+    let last = t - 1;
+    let ids: Vec<i32> = (0..w).map(|i| tokens[i.min(last)] as i32).collect();
+    let pos: Vec<i32> = (0..w)
+        .map(|i| base + (depth[i.min(last)] + i.saturating_sub(last)) as i32)
+        .collect();
+    let kv_rows: Vec<i32> = (0..w as i32).map(|i| base + i).collect();
+    let par: Vec<i32> = (0..w)
+        .map(|i| if i < t { parents[i] } else { i as i32 - 1 })
+        .collect();
+    let m = if w == t {
+        mask
+    } else {
+        let mut m = vec![0i32; w * w];
+        for i in 0..w {
+            if i < t {
+                m[i * w..i * w + t].copy_from_slice(&mask[i * t..(i + 1) * t]);
+            } else {
+                // The row before's ancestors, and itself.
+                let (above, row) = m.split_at_mut(i * w);
+                row[..w].copy_from_slice(&above[(i - 1) * w..i * w]);
+                row[i] = 1;
+            }
+        }
+        m
+    };
+    [
+        ("ids", HostData::I32(ids)),
+        ("pos", HostData::I32(pos)),
+        ("kv_rows", HostData::I32(kv_rows)),
+        ("parent", HostData::I32(par)),
+        ("mask", HostData::I32(m)),
+    ]
+}
+
 impl<'a> Session<'a> {
     /// Uploads the model's weights and allocates states for `ctx` positions.
     pub fn new(
@@ -73,7 +135,14 @@ impl<'a> Session<'a> {
         ctx: usize,
     ) -> Result<Self, ModelError> {
         let weights = backend.upload_weights(&model.weights)?;
-        let decls = model.state_decls(ctx);
+        // The same on every session of a backend, so that a plain and a speculative session of
+        // one context run the same attention splits (they depend on the cache's rows).
+        let cache_rows = if crate::backend::fixed_step_widths(&*backend) {
+            ctx + PAD_SLACK
+        } else {
+            ctx
+        };
+        let decls = model.state_decls(cache_rows);
         let states = backend.alloc_states(&decls)?;
         Ok(Session {
             model,
@@ -81,6 +150,7 @@ impl<'a> Session<'a> {
             weights,
             states,
             ctx,
+            cache_rows,
             pos: 0,
             decls,
             tree_rows: 0,
@@ -112,7 +182,7 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let rows = rows.max(self.tree_rows);
-        let mut decls = self.model.state_decls(self.ctx);
+        let mut decls = self.model.state_decls(self.cache_rows);
         let base = decls.len();
         decls.extend(if log {
             crate::state::log_layout(&self.model.cfg, rows)
@@ -237,11 +307,11 @@ impl<'a> Session<'a> {
             return Ok(*e);
         }
         let g = if tree == 0 {
-            self.model.step_graph(t, self.ctx, opts)?
+            self.model.step_graph(t, self.cache_rows, opts)?
         } else if self.logged {
-            self.model.log_graph(t, self.ctx, tree, opts)?
+            self.model.log_graph(t, self.cache_rows, tree, opts)?
         } else {
-            self.model.tree_graph(t, self.ctx, tree, opts)?
+            self.model.tree_graph(t, self.cache_rows, tree, opts)?
         };
         let e = self.backend.compile(&g)?;
         self.execs.insert(key, e);
@@ -302,49 +372,16 @@ impl<'a> Session<'a> {
             )));
         }
         let (depth, mask) = tree_layout(parents)?;
-        // Padded to the reserved width where the backend prefers one graph for every verify.
+        // Padded to the reserved width where the backend prefers one graph for every verify,
+        // as far as the cache has rows for the padding (see `pad_verify` and `PAD_SLACK`).
         let w = if self.fixed_verify_width() {
-            self.tree_rows
+            self.tree_rows.min(self.cache_rows - self.pos)
         } else {
             t
         };
         let exe = self.exec(w, opts, self.tree_rows)?;
-        let base = self.pos as i32;
-        let mut ids: Vec<i32> = tokens.iter().map(|&x| x as i32).collect();
-        let mut pos: Vec<i32> = depth.iter().map(|&d| base + d as i32).collect();
-        let mut kv_rows: Vec<i32> = (0..t as i32).map(|i| base + i).collect();
-        let mut par = parents.to_vec();
-        let mask = if w > t {
-            // Rows t.. are copies of the last row: same token, position, parent, visible rows
-            // and cache row. Every op is per row, so they compute that row's values bit for
-            // bit and write the same K/V to its cache row; their per-row DeltaNet states land
-            // in the unused rows t.. of the per-row buffers, and their outputs are dropped.
-            let last = t - 1;
-            ids.resize(w, ids[last]);
-            pos.resize(w, pos[last]);
-            kv_rows.resize(w, kv_rows[last]);
-            par.resize(w, par[last]);
-            let mut m = vec![0i32; w * w];
-            for i in 0..w {
-                let src = i.min(last);
-                m[i * w..i * w + t].copy_from_slice(&mask[src * t..(src + 1) * t]);
-            }
-            m
-        } else {
-            mask
-        };
-        let outs = self.backend.run(
-            exe,
-            self.weights,
-            self.states,
-            &[
-                ("ids", HostData::I32(ids)),
-                ("pos", HostData::I32(pos)),
-                ("kv_rows", HostData::I32(kv_rows)),
-                ("parent", HostData::I32(par)),
-                ("mask", HostData::I32(mask)),
-            ],
-        )?;
+        let inputs = pad_verify(tokens, parents, &depth, mask, self.pos, w);
+        let outs = self.backend.run(exe, self.weights, self.states, &inputs)?;
         let mut out = Self::output(outs, opts, w)?;
         if w > t {
             if opts.logits == LogitRows::All {

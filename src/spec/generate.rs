@@ -335,8 +335,7 @@ pub fn generate_spec(
             let mut ev = policy.as_mut().map(|p| p.decide());
             // Adaptive chain rounds verify the width that pays best (sched::width), except
             // where verifies run padded to a fixed width (wgpu): fewer drafts save nothing
-            // there. (Session 28: with narrowed, padded verifies the wgpu 27B adaptive runs
-            // drifted from AR in 2 of 3 processes; not yet explained.)
+            // there.
             if let (Some(p), Some(e), None) = (&policy, &mut ev, tree_budget)
                 && e.decision == Decision::Spec
                 && !s.fixed_verify_width()

@@ -76,8 +76,8 @@ pub struct BatchSession<'a> {
 }
 
 /// `DELTASPEC_DFLASH2_PAD=1`: pad a round's append to the block on fixed-width backends (see
-/// [`BatchSession::draft`]). Off by default until the wgpu adaptive drift seen with it on
-/// (session 28) is explained.
+/// [`BatchSession::draft`]). Off by default until measured: the wgpu adaptive drift seen with
+/// it on (session 28) was the target's padded verifies (`Session::forward_tree`), not this.
 fn pad_to_block() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("DELTASPEC_DFLASH2_PAD").is_ok_and(|v| v == "1"))
