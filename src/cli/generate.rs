@@ -98,6 +98,11 @@ pub struct Args {
     /// most this fraction of the burst's time (0: off).
     #[arg(long, default_value_t = 0.02)]
     pub probe_budget: f64,
+    /// Adaptive policy: a plain burst starts once the acceptance EMA is below break-even by
+    /// this many standard errors (divided by r − 1 where that exceeds 1; 0: as soon as it is
+    /// below, the seed's rule).
+    #[arg(long, default_value_t = 1.0)]
+    pub burst_confidence: f64,
     /// Adaptive policy: choose each chain round's number of drafts from the live per-draft
     /// survival and verify time per row count (`on`), or always verify the full block (`off`).
     /// Backends whose verifies run padded to a fixed width (wgpu) always verify the full block.
@@ -128,6 +133,12 @@ impl Args {
                     budget: self.tree_budget,
                 }
             }
+            _ if !(self.burst_confidence.is_finite() && self.burst_confidence >= 0.0) => {
+                bail!(
+                    "--burst-confidence must be a number of at least 0 (got {})",
+                    self.burst_confidence
+                )
+            }
             _ => SpecMode::Adaptive(PolicyConfig {
                 ratio: Ratio::parse(&self.spec_ratio).map_err(anyhow::Error::msg)?,
                 margin: self.policy_margin,
@@ -139,6 +150,7 @@ impl Args {
                 max_burst: self.max_burst,
                 probe_budget: self.probe_budget,
                 adapt_width: self.adapt_width == "on",
+                confidence: self.burst_confidence,
                 ..PolicyConfig::default()
             }),
         })

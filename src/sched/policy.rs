@@ -93,6 +93,11 @@ pub struct PolicyConfig {
     /// Choose each chain round's number of drafts from live estimates of per-draft survival
     /// and of verify time per row count ([`super::width`]); off: always the full block.
     pub adapt_width: bool,
+    /// Evidence a burst needs, in standard errors: a burst starts only once the acceptance
+    /// EMA is below break-even by `confidence` standard errors of the EMA, taken at
+    /// break-even acceptance (see [`AdaptivePolicy::convinced`]). 0: the seed's rule, a burst
+    /// as soon as the EMA is below break-even.
+    pub confidence: f64,
 }
 
 /// Spec steps in a row (the probe included) after which speculation that falls below
@@ -114,6 +119,7 @@ impl Default for PolicyConfig {
             max_burst: 640,
             probe_budget: 0.02,
             adapt_width: true,
+            confidence: 1.0,
         }
     }
 }
@@ -191,12 +197,54 @@ pub(crate) fn ema(old: Option<f64>, x: f64, alpha: f64) -> f64 {
     }
 }
 
+/// Standard deviation of the accepted drafts of one round whose mean is `mean`, each draft
+/// surviving with the same probability given its predecessors did (the acceptance model of
+/// [`super::width`]), over at most `drafts` drafts (None: unbounded, the geometric law).
+pub(crate) fn acceptance_sd(mean: f64, drafts: Option<usize>) -> f64 {
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let Some(k) = drafts else {
+        return (mean * (1.0 + mean)).sqrt();
+    };
+    if mean >= k as f64 {
+        return 0.0;
+    }
+    // P(a = j) = q^j (1 − q) for j < k, P(a = k) = q^k; the mean grows with q.
+    let moments = |q: f64| {
+        let (mut m1, mut m2, mut qj) = (0.0, 0.0, 1.0);
+        for j in 1..=k {
+            qj *= q;
+            // P(a ≥ j) = q^j: Σ P(a ≥ j) = E[a], Σ (2j − 1) P(a ≥ j) = E[a²].
+            m1 += qj;
+            m2 += (2 * j - 1) as f64 * qj;
+        }
+        (m1, m2)
+    };
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if moments(mid).0 < mean {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let (m1, m2) = moments(0.5 * (lo + hi));
+    (m2 - m1 * m1).max(0.0).sqrt()
+}
+
 /// The policy's state for one request. Per step: [`AdaptivePolicy::decide`], run the step,
 /// then [`AdaptivePolicy::observe_spec`] or [`AdaptivePolicy::observe_plain`].
 #[derive(Clone, Debug)]
 pub struct AdaptivePolicy {
     cfg: PolicyConfig,
     accept: Option<f64>,
+    /// Sum of the squared weights of the acceptance EMA's samples: its variance is that of one
+    /// sample times this (1 after the first sample, `α / (2 − α)` in the long run).
+    accept_w2: f64,
+    /// The most drafts a spec step has verified (None: not told): acceptance is capped there.
+    drafts: Option<usize>,
     /// Steady spec steps (not probes).
     spec_time: Option<f64>,
     /// Probes: the first spec step after a burst, with the switch cost it carries.
@@ -224,6 +272,8 @@ impl AdaptivePolicy {
         AdaptivePolicy {
             cfg,
             accept: None,
+            accept_w2: 0.0,
+            drafts: None,
             spec_time: None,
             probe_time: None,
             plain_time: None,
@@ -361,6 +411,10 @@ impl AdaptivePolicy {
             self.cfg.accept_alpha
         };
         let accept = ema(self.accept, accepted as f64, alpha);
+        self.accept_w2 = match self.accept {
+            None => 1.0,
+            Some(_) => (1.0 - alpha).powi(2) * self.accept_w2 + alpha * alpha,
+        };
         self.accept = Some(accept);
         if probe {
             self.run = Some(0);
@@ -368,7 +422,7 @@ impl AdaptivePolicy {
         if let Some(r) = &mut self.run {
             *r += 1;
         }
-        if self.cfg.ratio == Ratio::Disabled || self.cfg.ar_burst == 0 || accept >= self.a_min() {
+        if self.cfg.ratio == Ratio::Disabled || self.cfg.ar_burst == 0 || !self.convinced(accept) {
             return;
         }
         // Below break-even. A probe that failed, or speculation that did not last after one
@@ -382,6 +436,36 @@ impl AdaptivePolicy {
         self.burst_left = self.burst_len;
     }
 
+    /// Whether the acceptance EMA `accept` shows speculation below break-even: below
+    /// `a_min` by a margin of [`PolicyConfig::confidence`] standard errors of the EMA, taken
+    /// as if the true acceptance were `a_min` (a one-sided test of "speculation pays").
+    ///
+    /// Accepted drafts per round are a noisy count (prose on 7 drafts: mean 1.7, standard
+    /// deviation ~1.9, none 40 % of the time), and the seed's bare comparison, on an EMA of
+    /// alpha 0.3 that starts at the first sample, sends speculation that pays into 40-step
+    /// plain bursts after one empty round (session 29, hip on an H100: the chain 1.17 × AR on
+    /// prose, the policy 0.97 ×, its first round empty). The margin:
+    /// - is divided by `r − 1` where that exceeds 1: a losing spec step costs `r − 1 − a`
+    ///   plain steps, so the dearer the step the less evidence a burst needs;
+    /// - is at most half of `a_min`: the EMA's memory is short (its variance never falls
+    ///   below `α / (2 − α)` of one sample's), and a drafter that never lands a draft must
+    ///   still stop, whatever the break-even.
+    ///
+    /// Simulated (`the_confidence_margin_keeps_paying_speculation_on`): prose at hip's costs
+    /// 1.04 × → 1.2 × plain decoding, prose at a cost where it loses still within 1 % of plain.
+    fn convinced(&self, accept: f64) -> bool {
+        let a_min = self.a_min();
+        if accept >= a_min {
+            return false;
+        }
+        let z = self.cfg.confidence / (self.ratio() - 1.0).max(1.0);
+        if z <= 0.0 {
+            return true;
+        }
+        let se = acceptance_sd(a_min, self.drafts) * self.accept_w2.sqrt();
+        accept < a_min - (z * se).min(0.5 * a_min)
+    }
+
     /// A chain spec step: [`AdaptivePolicy::observe_spec`] plus the numbers of the width
     /// model: `drafted` drafts verified, `step_s` the step's own time (draft, verify,
     /// rollback, commit; not a burst's switch cost) of which `verify_s` the verify forward.
@@ -393,6 +477,7 @@ impl AdaptivePolicy {
         step_s: f64,
         verify_s: f64,
     ) {
+        self.note_drafts(drafted);
         self.observe_spec(accepted, secs);
         let alpha = self.cfg.accept_alpha;
         self.width
@@ -404,6 +489,7 @@ impl AdaptivePolicy {
     /// acceptance, with no time sample. Session 28 (wgpu, H100): one such step of 1.1 s, taken
     /// as the spec step's time, sent the policy into plain bursts for the rest of a run.
     pub fn observe_chain_untimed(&mut self, drafted: usize, accepted: usize) {
+        self.note_drafts(drafted);
         self.observe_spec_timed(accepted, None);
         let alpha = self.cfg.accept_alpha;
         self.width.observe_acceptance(drafted, accepted, alpha);
@@ -422,6 +508,10 @@ impl AdaptivePolicy {
     /// The width model's per-draft survival estimate.
     pub fn survival(&self) -> Option<f64> {
         self.width.survival()
+    }
+
+    fn note_drafts(&mut self, drafted: usize) {
+        self.drafts = Some(self.drafts.map_or(drafted, |d| d.max(drafted)));
     }
 
     /// A plain step (one token, features captured) took `secs`.
@@ -460,6 +550,7 @@ mod tests {
             calibrate: false,
             backoff: 1.0,
             probe_budget: 0.0,
+            confidence: 0.0,
             ..Default::default()
         }
     }
@@ -726,12 +817,13 @@ mod tests {
         assert!(frac >= 0.95, "{frac:.3} of the steady steps plain");
         assert!(speed >= 0.98, "{speed:.3} of plain speed");
 
-        // Always 1 accepted draft: every probe fails, the bursts double up to the cap: 63
-        // (the probe-cost rule: (3.26 − 2) / 2 %), 80, 160, 320, 640, 640, 640.
+        // Always 1 accepted draft: the start takes two spec steps (after one, 1 is within
+        // the confidence margin of a_min 1.81), then every probe fails, the bursts double up
+        // to the cap: 63 (the probe-cost rule: (3.26 − 2) / 2 %), 80, 160, 320, 640, 640, 640.
         let mut p = AdaptivePolicy::new(PolicyConfig::default());
         let steps = simulate(&mut p, 3000, spec_s, plain_s, &mut || 1);
         let spec = steps.iter().filter(|s| s.0 == Decision::Spec).count();
-        assert_eq!(spec, 8, "spec steps in 3000");
+        assert_eq!(spec, 9, "spec steps in 3000");
         assert_eq!(p.burst_len(), 640);
         assert!(speed_vs_plain(&steps, plain_s) >= 0.995);
     }
@@ -756,6 +848,8 @@ mod tests {
             ratio: Ratio::Fixed(3.0),
             ar_burst: 5,
             max_burst: 30,
+            // The seed's burst rule: single poor steps below decide.
+            confidence: 0.0,
             ..PolicyConfig::default()
         });
         // a_min = 1.6. The start fails: a burst of 5; then every probe fails.
@@ -818,5 +912,85 @@ mod tests {
         assert_eq!(p.decide().reason, Reason::Probe);
         p.observe_spec(0, 0.05);
         assert!((p.ratio() - 2.0).abs() < 1e-9, "{}", p.ratio());
+    }
+
+    /// Tokens per second over plain decoding's of `n` tokens, averaged over `reps` seeded
+    /// runs: chain rounds of `k` drafts, each surviving with probability `alpha(tokens so
+    /// far)` given its predecessors did (the replay profiles' model).
+    fn mean_speed(
+        cfg: &PolicyConfig,
+        (spec_s, plain_s, k): (f64, f64, usize),
+        alpha: &dyn Fn(usize) -> f64,
+        n: usize,
+        reps: u64,
+    ) -> f64 {
+        use crate::util::rng::Rng;
+        let mut sum = 0.0;
+        for seed in 0..reps {
+            let mut p = AdaptivePolicy::new(cfg.clone());
+            let mut rng = Rng::new(100 + seed);
+            let (mut secs, mut toks) = (0.0, 0usize);
+            while toks < n {
+                if p.decide().decision == Decision::Spec {
+                    let al = alpha(toks) as f32;
+                    let mut a = 0;
+                    while a < k && rng.uniform() < al {
+                        a += 1;
+                    }
+                    p.observe_chain(k, a, spec_s, spec_s, 0.8 * spec_s);
+                    (secs, toks) = (secs + spec_s, toks + 1 + a);
+                } else {
+                    p.observe_plain(plain_s);
+                    (secs, toks) = (secs + plain_s, toks + 1);
+                }
+            }
+            sum += toks as f64 / secs * plain_s;
+        }
+        sum / reps as f64
+    }
+
+    /// Prose where speculation pays (hip on an H100, session 29: a chain round of 7 drafts
+    /// 15.1 ms, a plain step 7.3 ms, the chain 1.17 × AR), where it loses (the 30 ms verify
+    /// of `prose_on_a_costly_verify_stays_plain`), a drafter that never lands a draft, and
+    /// 128-token phases of code and prose: the confidence margin keeps paying speculation on
+    /// and still stops losing speculation.
+    #[test]
+    fn the_confidence_margin_keeps_paying_speculation_on() {
+        use crate::spec::replay::solve_alpha;
+        let (prose, code) = (solve_alpha(2.7, 7), solve_alpha(6.0, 7));
+        let prose15 = solve_alpha(2.7, 15);
+        let seed_rule = PolicyConfig {
+            confidence: 0.0,
+            ..PolicyConfig::default()
+        };
+        let ours = PolicyConfig::default();
+        let always = PolicyConfig {
+            ratio: Ratio::Disabled,
+            ..PolicyConfig::default()
+        };
+        let hip = (0.0151, 0.0073, 7);
+        let dear = (0.030, 0.0092, 15);
+        let mixed = |t: usize| if (t / 128) % 2 == 0 { code } else { prose };
+        let speeds = |costs, alpha: &dyn Fn(usize) -> f64| {
+            [&seed_rule, &ours, &always].map(|c| mean_speed(c, costs, alpha, 4096, 12))
+        };
+        let pays = speeds(hip, &|_| prose);
+        let loses = speeds(dear, &|_| prose15);
+        let never = speeds(hip, &|_| 0.0);
+        let phases = speeds(hip, &mixed);
+        eprintln!(
+            "seed rule / ours / always: prose that pays {pays:.3?}, prose that loses {loses:.3?}, no draft lands {never:.3?}, code/prose phases {phases:.3?}"
+        );
+        assert!(pays[2] > 1.25, "speculation pays here: {pays:?}");
+        assert!(pays[0] < 1.1, "the seed's rule leaves most of it: {pays:?}");
+        assert!(pays[1] > 1.15, "{pays:?}");
+        assert!(loses[2] < 0.85 && loses[1] > 0.985, "{loses:?}");
+        assert!(never[1] > 0.99, "{never:?}");
+        assert!(phases[1] > phases[0] + 0.15, "{phases:?}");
+        // The margin's sizes: the standard deviation of a truncated geometric count.
+        assert!((acceptance_sd(0.5, None) - 0.75f64.sqrt()).abs() < 1e-12);
+        assert!((acceptance_sd(1.0, Some(1)) - 0.0).abs() < 1e-12);
+        // One draft at survival q: Bernoulli(q), sd √(q(1 − q)).
+        assert!((acceptance_sd(0.3, Some(1)) - 0.21f64.sqrt()).abs() < 1e-9);
     }
 }
