@@ -970,7 +970,13 @@ mod tests {
         };
         let hip = (0.0151, 0.0073, 7);
         let dear = (0.030, 0.0092, 15);
-        let mixed = |t: usize| if (t / 128) % 2 == 0 { code } else { prose };
+        let mixed = |t: usize| {
+            if (t / 128).is_multiple_of(2) {
+                code
+            } else {
+                prose
+            }
+        };
         let speeds = |costs, alpha: &dyn Fn(usize) -> f64| {
             [&seed_rule, &ours, &always].map(|c| mean_speed(c, costs, alpha, 4096, 12))
         };
