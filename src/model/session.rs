@@ -510,3 +510,57 @@ impl<'a> Session<'a> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(inputs: &[(&'static str, HostData)]) -> Vec<Vec<i32>> {
+        inputs
+            .iter()
+            .map(|(_, d)| match d {
+                HostData::I32(v) => v.clone(),
+                _ => panic!("verify inputs are i32"),
+            })
+            .collect()
+    }
+
+    /// Padding rows continue a chain from the last row into the next cache rows, so that
+    /// every backend's contract holds (consecutive cache rows, an ancestor mask with the row
+    /// itself) and no padding row writes a real row's K/V.
+    #[test]
+    fn padding_rows_continue_a_chain_into_their_own_cache_rows() {
+        // A tree: 0 ← 1, 0 ← 2 ← 3, at committed length 10, padded from 4 to 6 rows.
+        let parents = [-1, 0, 0, 2];
+        let (depth, mask) = tree_layout(&parents).unwrap();
+        let pad = |w| {
+            ints(&pad_verify(
+                &[7, 8, 9, 5],
+                &parents,
+                &depth,
+                mask.clone(),
+                10,
+                w,
+            ))
+        };
+        let v = pad(6);
+        let (ids, pos, kv, par, m) = (&v[0], &v[1], &v[2], &v[3], &v[4]);
+        assert_eq!(ids, &[7, 8, 9, 5, 5, 5]);
+        assert_eq!(pos, &[10, 11, 11, 12, 13, 14]);
+        assert_eq!(kv, &[10, 11, 12, 13, 14, 15]);
+        assert_eq!(par, &[-1, 0, 0, 2, 3, 4]);
+        let rows: Vec<&[i32]> = m.chunks(6).collect();
+        for (i, r) in rows.iter().enumerate().take(4) {
+            assert_eq!(&r[..4], &mask[i * 4..(i + 1) * 4], "real row {i}");
+            assert_eq!(&r[4..], &[0, 0], "real row {i} sees no padding");
+        }
+        assert_eq!(rows[4], &[1, 0, 1, 1, 1, 0]);
+        assert_eq!(rows[5], &[1, 0, 1, 1, 1, 1]);
+        // No padding: the inputs as they are.
+        let v = pad(4);
+        assert_eq!(
+            (&v[2], &v[3], &v[4]),
+            (&vec![10, 11, 12, 13], &parents.to_vec(), &mask)
+        );
+    }
+}
