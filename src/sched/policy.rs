@@ -35,6 +35,7 @@
 //! (prose, ~1.8 drafts), the loop keeps speculating at a loss for many steps. The plain step
 //! costs nothing extra: it emits its token like any other step.
 
+use super::evidence::acceptance_sd;
 use super::width::WidthModel;
 
 /// Where the spec/plain step time ratio comes from.
@@ -199,43 +200,6 @@ pub(crate) fn ema(old: Option<f64>, x: f64, alpha: f64) -> f64 {
         None => x,
         Some(e) => e + alpha * (x - e),
     }
-}
-
-/// Standard deviation of the accepted drafts of one round whose mean is `mean`, each draft
-/// surviving with the same probability given its predecessors did (the acceptance model of
-/// [`super::width`]), over at most `drafts` drafts (None: unbounded, the geometric law).
-pub(crate) fn acceptance_sd(mean: f64, drafts: Option<usize>) -> f64 {
-    if mean <= 0.0 {
-        return 0.0;
-    }
-    let Some(k) = drafts else {
-        return (mean * (1.0 + mean)).sqrt();
-    };
-    if mean >= k as f64 {
-        return 0.0;
-    }
-    // P(a = j) = q^j (1 − q) for j < k, P(a = k) = q^k; the mean grows with q.
-    let moments = |q: f64| {
-        let (mut m1, mut m2, mut qj) = (0.0, 0.0, 1.0);
-        for j in 1..=k {
-            qj *= q;
-            // P(a ≥ j) = q^j: Σ P(a ≥ j) = E[a], Σ (2j − 1) P(a ≥ j) = E[a²].
-            m1 += qj;
-            m2 += (2 * j - 1) as f64 * qj;
-        }
-        (m1, m2)
-    };
-    let (mut lo, mut hi) = (0.0f64, 1.0f64);
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if moments(mid).0 < mean {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    let (m1, m2) = moments(0.5 * (lo + hi));
-    (m2 - m1 * m1).max(0.0).sqrt()
 }
 
 /// The policy's state for one request. Per step: [`AdaptivePolicy::decide`], run the step,
@@ -1014,10 +978,5 @@ mod tests {
         assert_eq!(p.decide().reason, Reason::BelowWithinMargin);
         p.observe_chain(7, 0, hip.0, hip.0, 0.8 * hip.0);
         assert_eq!(p.decide().decision, Decision::Plain);
-        // The margin's sizes: the standard deviation of a truncated geometric count.
-        assert!((acceptance_sd(0.5, None) - 0.75f64.sqrt()).abs() < 1e-12);
-        assert!((acceptance_sd(1.0, Some(1)) - 0.0).abs() < 1e-12);
-        // One draft at survival q: Bernoulli(q), sd √(q(1 − q)).
-        assert!((acceptance_sd(0.3, Some(1)) - 0.21f64.sqrt()).abs() < 1e-9);
     }
 }
