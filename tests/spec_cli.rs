@@ -119,6 +119,26 @@ fn bench_spec_samples_both_runs_and_refuses_a_sampled_replay() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["identical_to_ar"], true);
     assert!(j["sampling"].is_null());
+    // No warm-up (`--warmup 0`): the timed run built its graphs; one warm-up run meets them
+    // all.
+    assert!(j["graphs_built_in_timed_run"].as_u64().unwrap() > 0, "{j}");
+    let (model, draft) = (
+        fixtures().join("models/tiny-a"),
+        fixtures().join("drafters/dflash-a"),
+    );
+    let out = deltaspec(&[
+        "bench",
+        "spec",
+        "--model",
+        model.to_str().unwrap(),
+        "--draft",
+        draft.to_str().unwrap(),
+        "-n",
+        "8",
+        "--json",
+    ]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["graphs_built_in_timed_run"], 0, "{j}");
     let out = bench_spec(&["--temperature", "0.5", "--replay-profile", "code"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
