@@ -69,8 +69,13 @@ fn json_reports_accepted_per_step() {
     assert_eq!(j["tokens"].as_array().unwrap().len(), 4);
 }
 
-/// `deltaspec bench spec` on the tiny fixtures with `extra` flags.
+/// `deltaspec bench spec` on the tiny fixtures with `extra` flags, no warm-up run.
 fn bench_spec(extra: &[&str]) -> std::process::Output {
+    bench_spec_warm("0", extra)
+}
+
+/// [`bench_spec`] with `warmup` untimed runs first.
+fn bench_spec_warm(warmup: &str, extra: &[&str]) -> std::process::Output {
     let model = fixtures().join("models/tiny-a");
     let draft = fixtures().join("drafters/dflash-a");
     let mut args = vec![
@@ -83,7 +88,7 @@ fn bench_spec(extra: &[&str]) -> std::process::Output {
         "-n",
         "8",
         "--warmup",
-        "0",
+        warmup,
     ];
     args.extend_from_slice(extra);
     deltaspec(&args)
@@ -122,21 +127,7 @@ fn bench_spec_samples_both_runs_and_refuses_a_sampled_replay() {
     // No warm-up (`--warmup 0`): the timed run built its graphs; one warm-up run meets them
     // all.
     assert!(j["graphs_built_in_timed_run"].as_u64().unwrap() > 0, "{j}");
-    let (model, draft) = (
-        fixtures().join("models/tiny-a"),
-        fixtures().join("drafters/dflash-a"),
-    );
-    let out = deltaspec(&[
-        "bench",
-        "spec",
-        "--model",
-        model.to_str().unwrap(),
-        "--draft",
-        draft.to_str().unwrap(),
-        "-n",
-        "8",
-        "--json",
-    ]);
+    let out = bench_spec_warm("1", &["--json"]);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["graphs_built_in_timed_run"], 0, "{j}");
     let out = bench_spec(&["--temperature", "0.5", "--replay-profile", "code"]);
