@@ -14,27 +14,16 @@ pub fn acceptance_sd(mean: f64, drafts: Option<usize>) -> f64 {
     if mean >= k as f64 {
         return 0.0;
     }
-    // P(a = j) = q^j (1 − q) for j < k, P(a = k) = q^k; the mean grows with q.
-    let moments = |q: f64| {
-        let (mut m1, mut m2, mut qj) = (0.0, 0.0, 1.0);
-        for j in 1..=k {
-            qj *= q;
-            // P(a ≥ j) = q^j: Σ P(a ≥ j) = E[a], Σ (2j − 1) P(a ≥ j) = E[a²].
-            m1 += qj;
-            m2 += (2 * j - 1) as f64 * qj;
-        }
-        (m1, m2)
-    };
-    let (mut lo, mut hi) = (0.0f64, 1.0f64);
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if moments(mid).0 < mean {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
+    // P(a = j) = q^j (1 − q) for j < k, P(a = k) = q^k, with q the survival of the replay
+    // profiles' model whose mean accepted length (bonus included) is `mean + 1`.
+    let q = crate::spec::replay::solve_alpha(mean + 1.0, k);
+    let (mut m1, mut m2, mut qj) = (0.0, 0.0, 1.0);
+    for j in 1..=k {
+        qj *= q;
+        // P(a ≥ j) = q^j: Σ P(a ≥ j) = E[a], Σ (2j − 1) P(a ≥ j) = E[a²].
+        m1 += qj;
+        m2 += (2 * j - 1) as f64 * qj;
     }
-    let (m1, m2) = moments(0.5 * (lo + hi));
     (m2 - m1 * m1).max(0.0).sqrt()
 }
 
