@@ -47,11 +47,18 @@ fn spec_needs_a_drafter() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("spec-step ratio"));
-    for bad in ["--burst-confidence=-1", "--burst-confidence=NaN"] {
+    for bad in [
+        "--burst-confidence=-1",
+        "--burst-confidence=NaN",
+        "--burst-cap=0",
+        "--burst-cap=1",
+        "--burst-cap=inf",
+    ] {
         let out = generate(&["--spec", "adaptive", bad, "--draft", "d.gguf"]);
         assert_eq!(out.status.code(), Some(2), "{bad}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--burst-confidence"), "{bad}: {err}");
+        let flag = bad.split('=').next().unwrap();
+        assert!(err.contains(flag), "{bad}: {err}");
     }
 }
 

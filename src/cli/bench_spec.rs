@@ -72,6 +72,9 @@ pub struct Args {
     /// --spec adaptive: see `deltaspec generate --burst-confidence`.
     #[arg(long, default_value_t = 1.0)]
     pub burst_confidence: f64,
+    /// --spec adaptive: see `deltaspec generate --burst-cap`.
+    #[arg(long, default_value_t = 0.5)]
+    pub burst_cap: f64,
     /// Untimed runs of each kind first (graph compilation, caches).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -179,15 +182,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     let drafter = super::generate::open_drafter(&a.draft, &m, a.seed, &a.drafter)?;
     let block = drafter.max_draft() + 1;
+    if a.spec == "adaptive" {
+        PolicyConfig::check_burst_evidence(a.burst_confidence, a.burst_cap)
+            .map_err(anyhow::Error::msg)?;
+    }
     let mode = match a.spec.as_str() {
-        "adaptive" if !(a.burst_confidence.is_finite() && a.burst_confidence >= 0.0) => bail!(
-            "--burst-confidence must be a number of at least 0 (got {})",
-            a.burst_confidence
-        ),
         "adaptive" => SpecMode::Adaptive(PolicyConfig {
             ratio: Ratio::Live { initial: 1.9 },
             adapt_width: a.adapt_width == "on",
             confidence: a.burst_confidence,
+            burst_cap: a.burst_cap,
             ..PolicyConfig::default()
         }),
         "tree" => {

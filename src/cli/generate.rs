@@ -103,6 +103,11 @@ pub struct Args {
     /// below, the seed's rule).
     #[arg(long, default_value_t = 1.0)]
     pub burst_confidence: f64,
+    /// Adaptive policy: the most evidence a burst may need, as the largest long-run margin
+    /// below break-even in a fraction of break-even (so a drafter that never lands a draft
+    /// still stops).
+    #[arg(long, default_value_t = 0.5)]
+    pub burst_cap: f64,
     /// Adaptive policy: choose each chain round's number of drafts from the live per-draft
     /// survival and verify time per row count (`on`), or always verify the full block (`off`).
     /// Backends whose verifies run padded to a fixed width (wgpu) always verify the full block.
@@ -133,25 +138,24 @@ impl Args {
                     budget: self.tree_budget,
                 }
             }
-            _ if !(self.burst_confidence.is_finite() && self.burst_confidence >= 0.0) => {
-                bail!(
-                    "--burst-confidence must be a number of at least 0 (got {})",
-                    self.burst_confidence
-                )
-            }
-            _ => SpecMode::Adaptive(PolicyConfig {
-                ratio: Ratio::parse(&self.spec_ratio).map_err(anyhow::Error::msg)?,
-                margin: self.policy_margin,
-                accept_alpha: self.accept_alpha,
-                probe_alpha: self.probe_alpha,
-                time_alpha: self.time_alpha,
-                ar_burst: self.ar_burst,
-                backoff: self.burst_backoff,
-                max_burst: self.max_burst,
-                probe_budget: self.probe_budget,
-                adapt_width: self.adapt_width == "on",
-                confidence: self.burst_confidence,
-                ..PolicyConfig::default()
+            _ => SpecMode::Adaptive({
+                PolicyConfig::check_burst_evidence(self.burst_confidence, self.burst_cap)
+                    .map_err(anyhow::Error::msg)?;
+                PolicyConfig {
+                    ratio: Ratio::parse(&self.spec_ratio).map_err(anyhow::Error::msg)?,
+                    margin: self.policy_margin,
+                    accept_alpha: self.accept_alpha,
+                    probe_alpha: self.probe_alpha,
+                    time_alpha: self.time_alpha,
+                    ar_burst: self.ar_burst,
+                    backoff: self.burst_backoff,
+                    max_burst: self.max_burst,
+                    probe_budget: self.probe_budget,
+                    adapt_width: self.adapt_width == "on",
+                    confidence: self.burst_confidence,
+                    burst_cap: self.burst_cap,
+                    ..PolicyConfig::default()
+                }
             }),
         })
     }

@@ -99,6 +99,27 @@ pub struct PolicyConfig {
     /// break-even acceptance (see [`AdaptivePolicy::convinced`]). 0: the seed's rule, a burst
     /// as soon as the EMA is below break-even.
     pub confidence: f64,
+    /// Most evidence a burst may need: the EMA's long-run margin below break-even is capped
+    /// at this fraction of `a_min` (see [`AdaptivePolicy::convinced`]), so a drafter that
+    /// never lands a draft still stops.
+    pub burst_cap: f64,
+}
+
+impl PolicyConfig {
+    /// Checks the burst-evidence knobs (`--burst-confidence`, `--burst-cap`).
+    pub fn check_burst_evidence(confidence: f64, cap: f64) -> Result<(), String> {
+        if !(confidence.is_finite() && confidence >= 0.0) {
+            return Err(format!(
+                "--burst-confidence must be a number of at least 0 (got {confidence})"
+            ));
+        }
+        if !(cap > 0.0 && cap < 1.0) {
+            return Err(format!(
+                "--burst-cap must be a fraction of break-even above 0 and below 1 (got {cap})"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Spec steps in a row (the probe included) after which speculation that falls below
@@ -121,6 +142,7 @@ impl Default for PolicyConfig {
             probe_budget: 0.02,
             adapt_width: true,
             confidence: 1.0,
+            burst_cap: 0.5,
         }
     }
 }
@@ -419,7 +441,8 @@ impl AdaptivePolicy {
     /// - is divided by `r − 1` where that exceeds 1: a losing spec step costs `r − 1 − a`
     ///   plain steps, so the dearer the step the less evidence a burst needs;
     /// - is capped so that the margin of the EMA's long run (its variance never falls below
-    ///   `α / (2 − α)` of one sample's) is at most half of `a_min`: a drafter that never
+    ///   `α / (2 − α)` of one sample's) is at most [`PolicyConfig::burst_cap`] (half) of
+    ///   `a_min`: a drafter that never
     ///   lands a draft must still stop, whatever the break-even (after two rounds at hip's
     ///   costs).
     ///
@@ -437,7 +460,7 @@ impl AdaptivePolicy {
         }
         let alpha = self.cfg.accept_alpha.clamp(1e-3, 1.0);
         let floor = (alpha / (2.0 - alpha)).sqrt();
-        let z = z.min(0.5 * a_min / (sd * floor));
+        let z = z.min(self.cfg.burst_cap * a_min / (sd * floor));
         accept < a_min - z * sd * self.accept_w2.sqrt()
     }
 
