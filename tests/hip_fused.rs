@@ -815,3 +815,25 @@ fn convs_feeding_int8_matmuls_quantize_their_own_output() {
         }
     }
 }
+
+/// The row tiles a DDTree round trims its budget to (`spec::tree::tile_budget`) are the tiles
+/// the int8 lowering picks: the dp4a ones below 5 rows and the matrix-core ones from there
+/// where those run (NVIDIA), the dp4a ones throughout otherwise; none without int8 matmuls.
+#[test]
+fn step_row_tiles_are_the_int8_matmul_tiles() {
+    let Some(mut be) = common::open_hip("step_row_tiles_are_the_int8_matmul_tiles") else {
+        return;
+    };
+    be.set_int8_matmul(true);
+    be.set_qgemv_mma(true);
+    let want: &[usize] = if be.matrix_cores() {
+        &[1, 2, 4, 8, 16, 32]
+    } else {
+        &[1, 2, 4, 8, 16]
+    };
+    assert_eq!(be.step_row_tiles(), want);
+    be.set_qgemv_mma(false);
+    assert_eq!(be.step_row_tiles(), [1, 2, 4, 8, 16]);
+    be.set_int8_matmul(false);
+    assert!(be.step_row_tiles().is_empty());
+}

@@ -216,6 +216,14 @@ pub trait Backend {
         false
     }
 
+    /// Input-row counts at which a step's cost jumps: the row tiles of the backend's matmul
+    /// kernels, ascending (a step of `t + 1` rows runs the next tile, at about its cost). Empty
+    /// where the cost grows smoothly with the rows or is not known. The DDTree round trims its
+    /// node budget to these ([`crate::spec::tree::tile_budget`]).
+    fn step_row_tiles(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// Validates and plans a graph for repeated runs.
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError>;
 

@@ -398,6 +398,11 @@ impl<'a> Session<'a> {
         Ok(out)
     }
 
+    /// The backend's step row tiles ([`crate::backend::Backend::step_row_tiles`]).
+    pub fn step_row_tiles(&self) -> Vec<usize> {
+        self.backend.step_row_tiles()
+    }
+
     /// Whether verifies run at the reserved width ([`Session::forward_tree`], see
     /// [`crate::backend::fixed_step_widths`]).
     pub fn fixed_verify_width(&self) -> bool {

@@ -1259,6 +1259,24 @@ impl Backend for HipBackend {
         self.drv.sync().map_err(|e| self.dev_err(e))
     }
 
+    fn step_row_tiles(&self) -> Vec<usize> {
+        if !self.int8_matmul {
+            return Vec::new();
+        }
+        // The dp4a tiles below the matrix-core kernel's fewest rows, its tiles from there on
+        // (`qmma_tile`; the dp4a kernels loop over 16-row passes where it is off).
+        let mma = self.matrix_cores();
+        let dp4a = kernels::QGEMV_TILES
+            .iter()
+            .map(|&t| t as usize)
+            .filter(|&t| !mma || t < self.qmma_min_rows);
+        let qmma = kernels::QMMA_TILES
+            .iter()
+            .map(|&t| t as usize)
+            .filter(|&t| mma && t >= self.qmma_min_rows);
+        dp4a.chain(qmma).collect()
+    }
+
     fn compile(&mut self, graph: &Graph) -> Result<ExecId, BackendError> {
         crate::backend::note_graph_build();
         graph.validate()?;
