@@ -257,6 +257,15 @@ pub struct AdaptivePolicy {
 }
 
 impl AdaptivePolicy {
+    /// As [`AdaptivePolicy::new`], for a backend whose verify cost steps at these row
+    /// counts (see [`WidthModel::with_tiles`]).
+    pub fn with_row_tiles(cfg: PolicyConfig, tiles: Vec<usize>) -> AdaptivePolicy {
+        AdaptivePolicy {
+            width: WidthModel::with_tiles(tiles),
+            ..AdaptivePolicy::new(cfg)
+        }
+    }
+
     pub fn new(cfg: PolicyConfig) -> AdaptivePolicy {
         let calibrated = !(cfg.calibrate && matches!(cfg.ratio, Ratio::Live { .. }));
         AdaptivePolicy {

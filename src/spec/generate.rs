@@ -310,7 +310,10 @@ pub fn generate_spec(
         None => rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?,
     }
     let mut policy = match &cfg.mode {
-        SpecMode::Adaptive(p) => Some(AdaptivePolicy::new(p.clone())),
+        SpecMode::Adaptive(p) => Some(AdaptivePolicy::with_row_tiles(
+            p.clone(),
+            s.step_row_tiles(),
+        )),
         _ => None,
     };
     let layers = drafter.feature_layers();
