@@ -310,9 +310,13 @@ pub fn generate_spec(
         None => rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?,
     }
     let mut policy = match &cfg.mode {
+        // `DELTASPEC_WIDTH_TILES=0`: the width model without the backend's row tiles (A/B).
         SpecMode::Adaptive(p) => Some(AdaptivePolicy::with_row_tiles(
             p.clone(),
-            s.step_row_tiles(),
+            match std::env::var("DELTASPEC_WIDTH_TILES").as_deref() {
+                Ok("0") => Vec::new(),
+                _ => s.step_row_tiles(),
+            },
         )),
         _ => None,
     };
