@@ -8,7 +8,7 @@ use deltaspec::gguf::{GgufWriter, Value};
 use std::process::{Command, Output};
 
 fn deltaspec(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+    Command::new(common::deltaspec_bin())
         .args(args)
         .output()
         .expect("runs the binary")

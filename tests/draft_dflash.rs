@@ -74,7 +74,7 @@ fn cli_convert_and_draft_match_hf() {
     for (name, target) in DRAFTERS {
         let r = reference(name);
         let gguf = dir.join(format!("{name}.gguf"));
-        let out = Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        let out = Command::new(common::deltaspec_bin())
             .args(["convert", "--draft"])
             .arg(drafter_dir(name))
             .arg("--out")
@@ -90,7 +90,7 @@ fn cli_convert_and_draft_match_hf() {
         let toks = dir.join(format!("{name}.json"));
         std::fs::write(&toks, serde_json::to_string(&r.tokens).unwrap()).unwrap();
         let res = dir.join(format!("{name}.safetensors"));
-        let out = Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        let out = Command::new(common::deltaspec_bin())
             .arg("draft")
             .arg("--model")
             .arg(target_dir(target))
@@ -233,7 +233,7 @@ fn quantized_outtypes_pick_types_per_tensor() {
         assert_eq!(ty("blk.1.ffn_down.weight"), down, "{ot}");
         assert_eq!(ty("blk.0.attn_norm.weight"), norm, "{ot}");
         // `deltaspec info` describes a drafter file too.
-        let out = Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+        let out = Command::new(common::deltaspec_bin())
             .arg("info")
             .arg(&g)
             .output()

@@ -409,7 +409,7 @@ fn dflash2_speculation_is_lossless_on_wgpu() {
 }
 
 fn deltaspec(args: &[&str]) -> (bool, String) {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+    let o = std::process::Command::new(common::deltaspec_bin())
         .args(args)
         .output()
         .unwrap();

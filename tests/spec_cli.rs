@@ -22,7 +22,7 @@ fn generate(extra: &[&str]) -> std::process::Output {
 }
 
 fn deltaspec(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+    Command::new(common::deltaspec_bin())
         .args(args)
         .output()
         .unwrap()

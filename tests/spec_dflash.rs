@@ -290,7 +290,7 @@ fn open_refuses_a_drafter_for_another_target() {
 // CLI
 
 fn deltaspec(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+    Command::new(common::deltaspec_bin())
         .args(args)
         .output()
         .unwrap()

@@ -413,7 +413,7 @@ fn tree_with_sampling_is_seeded_and_stays_in_the_nucleus() {
 }
 
 fn deltaspec(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_deltaspec"))
+    std::process::Command::new(common::deltaspec_bin())
         .args(args)
         .output()
         .unwrap()

@@ -171,3 +171,12 @@ pub fn tiny_q8_0(dir: &Path, name: &str) -> deltaspec::model::Qwen35 {
     .unwrap();
     deltaspec::model::Qwen35::load(&path).unwrap()
 }
+
+/// The `deltaspec` binary the CLI tests run: `$DELTASPEC_BIN` where set, else the one cargo
+/// built. Test binaries copied to another machine (the GPU machine of `tools/device/`, whose
+/// scripts set it to the carried binary) cannot reach the build machine's path.
+pub fn deltaspec_bin() -> PathBuf {
+    std::env::var_os("DELTASPEC_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_deltaspec")))
+}

@@ -31,6 +31,8 @@ echo "carry: $carry"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 mkdir -p "$work"
 
+# The CLI tests run the carried binary (their build-time path does not exist here).
+export DELTASPEC_BIN="$carry/deltaspec"
 run "$carry/deltaspec" backends
 # Test binaries: one thread (one GPU context at a time keeps failures readable), output shown.
 run "$carry/hip_build" --test-threads=1
