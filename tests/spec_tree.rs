@@ -504,3 +504,28 @@ fn state_names(kind: LayerKind, i: usize) -> [String; 2] {
         ],
     }
 }
+
+/// Where verifies pad to the reserved width (wgpu), a tree of budget 8 reserves and pads to
+/// the 8-row GEMV pass (7 nodes and the root), not 9 rows (a second pass for one node), and
+/// its output still equals plain greedy decoding.
+#[test]
+fn padded_trees_reserve_the_row_tile() {
+    let Some(mut be) = open("wgpu") else {
+        return;
+    };
+    let m = load("tiny-a");
+    let prompt = [7u32, 91, 3, 200, 45];
+    let n = 12;
+    let want = greedy(be.as_mut(), &m, &prompt, n);
+    let dir = fixtures().join("drafters").join("dflash-a");
+    let mut d = DFlashDrafter::open(&dir, &m).unwrap();
+    let mut s = Session::new(&m, be.as_mut(), prompt.len() + n).unwrap();
+    let cfg = SpecConfig {
+        n,
+        mode: SpecMode::Tree { budget: 8 },
+        ..Default::default()
+    };
+    let out = generate_spec(&mut s, &mut d, &prompt, &cfg, |_| {}, |_| {}).unwrap();
+    assert_eq!(s.tree_rows(), 8);
+    assert_eq!(out.tokens, want);
+}

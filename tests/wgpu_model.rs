@@ -389,3 +389,18 @@ fn capturing_features_leaves_the_decode_logits_bit_for_bit() {
         }
     }
 }
+
+/// The row tiles a DDTree trims its budget to (`spec::tree::tile_budget`), and reserves, so
+/// that a verify padded to the reserved width stops at a tile: the GEMV buckets, then one
+/// more widest-bucket pass per 8 rows (int8) or the tiled kernel's tiles (f32).
+#[test]
+fn step_row_tiles_follow_the_gemv_passes() {
+    let (Some(int8), Some(f32)) = (wgpu(true), wgpu(false)) else {
+        return;
+    };
+    assert_eq!(
+        int8.step_row_tiles(),
+        [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    );
+    assert_eq!(f32.step_row_tiles(), [1, 2, 4, 8, 16, 32, 64]);
+}

@@ -222,7 +222,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     // every run restores.
     // Trees always keep per-row states; chains those of the rollback mode.
     match cfg.mode {
-        SpecMode::Tree { budget } => s.reserve_tree_rows(budget + 1)?,
+        SpecMode::Tree { budget } => {
+            s.reserve_tree_rows(crate::spec::tree::session_budget(&s, budget) + 1)?
+        }
         _ => crate::spec::Rollback::new(rollback)?
             .prepare(&mut s, cfg.max_draft.min(block - 1) + 1)?,
     }

@@ -305,8 +305,9 @@ pub fn generate_spec(
         _ => None,
     };
     match tree_budget {
-        // Every tree row needs a per-row state (and the root one more).
-        Some(b) => s.reserve_tree_rows(b + 1)?,
+        // Every tree row needs a per-row state (and the root one more); trees stop at the
+        // backend's row tiles.
+        Some(b) => s.reserve_tree_rows(super::tree::session_budget(s, b) + 1)?,
         None => rollback.prepare(s, cfg.max_draft.min(drafter.max_draft()).saturating_add(1))?,
     }
     let mut policy = match &cfg.mode {

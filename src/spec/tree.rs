@@ -164,6 +164,13 @@ pub fn tile_budget(budget: usize, tiles: &[usize]) -> usize {
     }
 }
 
+/// [`tile_budget`] on the session's backend: the node budget its tree rounds use under
+/// `budget`, and the rows to reserve for them (`+ 1`, the root) so that backends whose
+/// verifies pad to the reserved width (wgpu) pad to the tile and not past it.
+pub fn session_budget(s: &Session<'_>, budget: usize) -> usize {
+    tile_budget(budget, &s.step_row_tiles())
+}
+
 /// Builds the best-first tree of at most `budget` draft nodes (plus the root) over the
 /// per-depth candidates `cands[d]` (token, log-prob), sorted best first. The top-1 chain is
 /// inserted first (as deep as the budget allows), then nodes by cumulative log-prob.
@@ -257,8 +264,7 @@ pub fn tree_round_with(
 ) -> Result<ChainRound, SpecError> {
     let (base, room) = super::chain::room(s)?;
     // Every row of the tree occupies a cache row during verify.
-    let budget = budget.min(room - 1).min(s.tree_rows().saturating_sub(1));
-    let budget = tile_budget(budget, &s.step_row_tiles());
+    let budget = session_budget(s, budget.min(room - 1).min(s.tree_rows().saturating_sub(1)));
     let max_depth = max_depth.min(drafter.max_draft()).min(budget);
     let layers = drafter.feature_layers();
     let width = s.model().cfg.hidden;

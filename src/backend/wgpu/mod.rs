@@ -713,9 +713,32 @@ impl WgpuBackend {
     }
 }
 
+/// Widest verify [`WgpuBackend::step_row_tiles`] lists passes for.
+const MAX_TILED_VERIFY: usize = 64;
+
 impl Backend for WgpuBackend {
     fn prefers_fixed_step_widths(&self) -> bool {
         true
+    }
+
+    fn step_row_tiles(&self) -> Vec<usize> {
+        // Verify and tree graphs match decode row for row, so their matmuls never take the
+        // cooperative kernel: the GEMV buckets, then (int8) one more widest-bucket pass per
+        // 8 rows up to the widest verify a tree reasonably asks for, or (f32) the tiled
+        // kernel's tiles.
+        let buckets = shaders::GEMV_BUCKETS.iter().map(|&b| b as usize);
+        let widest = *shaders::GEMV_BUCKETS.last().expect("buckets") as usize;
+        if self.opts.int8() {
+            let passes = (2..=MAX_TILED_VERIFY / widest).map(|p| p * widest);
+            buckets
+                .chain(passes)
+                .filter(|&n| n <= self.opts.int8_max_n())
+                .collect()
+        } else {
+            buckets
+                .chain(shaders::TILE_N.iter().map(|&t| t as usize))
+                .collect()
+        }
     }
 
     fn name(&self) -> String {
