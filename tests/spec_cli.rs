@@ -53,6 +53,8 @@ fn spec_needs_a_drafter() {
         "--burst-cap=0",
         "--burst-cap=1",
         "--burst-cap=inf",
+        "--long-alpha=2",
+        "--long-alpha=-0.1",
     ] {
         let out = generate(&["--spec", "adaptive", bad, "--draft", "d.gguf"]);
         assert_eq!(out.status.code(), Some(2), "{bad}");

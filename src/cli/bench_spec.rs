@@ -75,6 +75,9 @@ pub struct Args {
     /// --spec adaptive: see `deltaspec generate --burst-cap`.
     #[arg(long, default_value_t = 0.5)]
     pub burst_cap: f64,
+    /// --spec adaptive: see `deltaspec generate --long-alpha`.
+    #[arg(long, default_value_t = 0.05)]
+    pub long_alpha: f64,
     /// Untimed runs of each kind first (graph compilation, caches).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -183,7 +186,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     let drafter = super::generate::open_drafter(&a.draft, &m, a.seed, &a.drafter)?;
     let block = drafter.max_draft() + 1;
     if a.spec == "adaptive" {
-        PolicyConfig::check_burst_evidence(a.burst_confidence, a.burst_cap)
+        PolicyConfig::check_burst_evidence(a.burst_confidence, a.burst_cap, a.long_alpha)
             .map_err(anyhow::Error::msg)?;
     }
     let mode = match a.spec.as_str() {
@@ -192,6 +195,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             adapt_width: a.adapt_width == "on",
             confidence: a.burst_confidence,
             burst_cap: a.burst_cap,
+            long_alpha: a.long_alpha,
             ..PolicyConfig::default()
         }),
         "tree" => {

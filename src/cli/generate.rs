@@ -108,6 +108,10 @@ pub struct Args {
     /// still stops).
     #[arg(long, default_value_t = 0.5)]
     pub burst_cap: f64,
+    /// Adaptive policy: EMA alpha of the long-run acceptance (0: off). While it is at or above
+    /// break-even, a short dip below starts no burst unless acceptance collapses.
+    #[arg(long, default_value_t = 0.05)]
+    pub long_alpha: f64,
     /// Adaptive policy: choose each chain round's number of drafts from the live per-draft
     /// survival and verify time per row count (`on`), or always verify the full block (`off`).
     /// Backends whose verifies run padded to a fixed width (wgpu) always verify the full block.
@@ -139,8 +143,12 @@ impl Args {
                 }
             }
             _ => SpecMode::Adaptive({
-                PolicyConfig::check_burst_evidence(self.burst_confidence, self.burst_cap)
-                    .map_err(anyhow::Error::msg)?;
+                PolicyConfig::check_burst_evidence(
+                    self.burst_confidence,
+                    self.burst_cap,
+                    self.long_alpha,
+                )
+                .map_err(anyhow::Error::msg)?;
                 PolicyConfig {
                     ratio: Ratio::parse(&self.spec_ratio).map_err(anyhow::Error::msg)?,
                     margin: self.policy_margin,
@@ -154,6 +162,7 @@ impl Args {
                     adapt_width: self.adapt_width == "on",
                     confidence: self.burst_confidence,
                     burst_cap: self.burst_cap,
+                    long_alpha: self.long_alpha,
                     ..PolicyConfig::default()
                 }
             }),
