@@ -1087,8 +1087,9 @@ mod tests {
         let speeds = |costs, alpha: &dyn Fn(usize) -> f64| {
             [&margin_only, &ours, &always].map(|c| mean_speed(c, costs, alpha, 4096, 12))
         };
-        let phase =
-            |a: f64, b: f64, len: usize| move |t: usize| if (t / len) % 2 == 0 { a } else { b };
+        let phase = |a: f64, b: f64, len: usize| {
+            move |t: usize| if (t / len).is_multiple_of(2) { a } else { b }
+        };
         let pays = speeds(hip, &|_| prose);
         let phases = speeds(hip, &phase(code, prose, 128));
         let loses = speeds(dear, &|_| prose15);
