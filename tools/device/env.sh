@@ -1,0 +1,44 @@
+# Helpers for one-call device scripts, sourced on the GPU machine from the repo root:
+#
+#   C=carry/sNN source tools/device/env.sh
+#   mk                                  # the 27B IQ4_XS target and DFlash2 drafter in /tmp/w
+#   spec hip:cuda chain code            # bench spec, the summary lines (N=256 for -n 256)
+#   DELTASPEC_X=0 spec wgpu adaptive prose --long-alpha 0
+#   mk8; ncu ... $B bench decode --model $W/l8.gguf ...   # the 8-layer cut for ncu
+#
+# $C is a folder made by `tools/device/build_carry.sh $C` and carried with
+# run(carry=["$C", ".gl"]); `.gl` holds the Vulkan loader debs (see the device README).
+# Every line the helpers print is prefixed with the seconds since sourcing.
+C=${C:?set C to the carried folder, e.g. C=carry/s31}
+[ -x "$C/deltaspec" ] || (cd "$C" && xz -dc bins.tar.xz | tar -xf -)
+for f in .gl/*.deb; do dpkg -x "$f" / >/dev/null 2>&1; done
+ldconfig
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f $icd ] && export VK_DRIVER_FILES=$icd \
+    __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+export WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=$(mktemp -d)
+# The CLI tests among the carried test binaries run this binary.
+export DELTASPEC_BIN="$C/deltaspec"
+B=$C/deltaspec
+W=/tmp/w
+mkdir -p $W
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
+head -3 "$C/MANIFEST" 2>/dev/null
+t0=$SECONDS
+st() { echo "== [$((SECONDS - t0)) s] $*"; }
+mk() {
+    [ -f $W/m.gguf ] || { st synth target; $B synth --preset qwen3.8-27b --quant iq4_xs --out $W/m.gguf >/dev/null; }
+    [ -f $W/d2.gguf ] || { st synth drafter; $B synth --preset dflash2-27b --quant iq4_xs --out $W/d2.gguf >/dev/null; }
+    st synth done
+}
+mk8() {
+    [ -f $W/l8.gguf ] || { st synth l8; $B synth --preset qwen3.8-27b --layers 8 --quant iq4_xs --out $W/l8.gguf >/dev/null; }
+}
+spec() { # backend mode profile [bench spec options...]; N= sets -n (default 64)
+    local be=$1 mode=$2 prof=$3
+    shift 3
+    st "spec $be $mode $prof $*"
+    timeout -k 5 200 $B bench spec --model $W/m.gguf --draft $W/d2.gguf --backend "$be" --spec "$mode" \
+        --replay-profile "$prof" -n "${N:-64}" "$@" 2>&1 |
+        grep -E "AR:|spec |accept|split|plain:|graphs|output|rror|panick" | head -14
+}
