@@ -198,6 +198,8 @@ pub struct PolicyEvent {
     pub reason: Reason,
     /// Acceptance EMA when deciding (None before the first spec step).
     pub accept_ema: Option<f64>,
+    /// Long-run acceptance EMA ([`PolicyConfig::long_alpha`]; None while off or unmeasured).
+    pub long_ema: Option<f64>,
     pub ratio: f64,
     pub a_min: f64,
     /// Drafts the round may verify (chain rounds of the adaptive width; set by the loop).
@@ -220,13 +222,15 @@ impl std::fmt::Display for PolicyEvent {
             Reason::Burst { left, len } => format!("burst of {len}, {left} left"),
             Reason::Probe => "probe".to_string(),
         };
-        let ema = self
-            .accept_ema
-            .map_or_else(|| "-".to_string(), |e| format!("{e:.3}"));
+        let show = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |e| format!("{e:.3}"));
         write!(
             f,
-            "[policy] step {} {d} ({r}) ema {ema} r {:.3} a_min {:.3}",
-            self.step, self.ratio, self.a_min
+            "[policy] step {} {d} ({r}) ema {} long {} r {:.3} a_min {:.3}",
+            self.step,
+            show(self.accept_ema),
+            show(self.long_ema),
+            self.ratio,
+            self.a_min
         )?;
         match self.drafts {
             Some(k) => write!(f, " drafts {k}"),
@@ -408,6 +412,7 @@ impl AdaptivePolicy {
             decision,
             reason,
             accept_ema: self.accept,
+            long_ema: self.long,
             ratio: self.ratio(),
             a_min: self.a_min(),
             drafts: None,
