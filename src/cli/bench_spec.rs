@@ -225,10 +225,13 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     // Per-row verify states are part of the state set: allocate them before the snapshot that
     // every run restores.
     // Trees always keep per-row states; chains those of the rollback mode.
+    // The nodes a tree round may use: the budget trimmed to the backend's row tiles.
+    let tree_nodes = match cfg.mode {
+        SpecMode::Tree { budget } => Some(crate::spec::tree::session_budget(&s, budget)),
+        _ => None,
+    };
     match cfg.mode {
-        SpecMode::Tree { budget } => {
-            s.reserve_tree_rows(crate::spec::tree::session_budget(&s, budget) + 1)?
-        }
+        SpecMode::Tree { .. } => s.reserve_tree_rows(tree_nodes.unwrap_or(0) + 1)?,
         _ => crate::spec::Rollback::new(rollback)?
             .prepare(&mut s, cfg.max_draft.min(block - 1) + 1)?,
     }
@@ -319,6 +322,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 SpecMode::Tree { budget } => Some(budget),
                 _ => None,
             },
+            "tree_nodes": tree_nodes,
             "rollback": rollback.name(),
             "sampling": (!sampling.is_greedy()).then(|| serde_json::json!({
                 "temperature": sampling.temperature,
@@ -384,6 +388,15 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         if sp_tps > 0.0 { 1e3 / sp_tps } else { 0.0 },
         sp.prefill_s
     ));
+    if let (SpecMode::Tree { budget }, Some(nodes)) = (&cfg.mode, tree_nodes)
+        && nodes < *budget
+    {
+        lines.push(format!(
+            "tree:      {nodes} nodes a round at most (--tree-budget {budget}: {} rows fill a \
+             row tile of this backend; more would run the next tile)",
+            nodes + 1
+        ));
+    }
     lines.push(format!(
         "accept:    mean accepted length {:.2} per spec step (block {block}), {} spec steps, {} plain",
         sp.mean_accept_len(),

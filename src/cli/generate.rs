@@ -386,6 +386,11 @@ fn run_spec(
                 SpecMode::Tree { budget } => Some(budget),
                 _ => None,
             },
+            // The nodes a tree round may use: the budget trimmed to the backend's row tiles.
+            "tree_nodes": match cfg.mode {
+                SpecMode::Tree { budget } => Some(crate::spec::tree::session_budget(&s, budget)),
+                _ => None,
+            },
             "rollback": cfg.rollback.name(),
             "accepted_per_step": res.accepted_per_step(),
             "mean_accept_len": res.mean_accept_len(),
