@@ -388,7 +388,7 @@ fn run_spec(
             },
             // The nodes a tree round may use: the budget trimmed to the backend's row tiles.
             "tree_nodes": match cfg.mode {
-                SpecMode::Tree { budget } => Some(crate::spec::tree::session_budget(&s, budget)),
+                SpecMode::Tree { budget } => Some(crate::spec::tree::session_budget(s, budget)),
                 _ => None,
             },
             "rollback": cfg.rollback.name(),
