@@ -711,3 +711,10 @@ fn speculative_sampling_with_the_sampled_walk_matches_plain_sampling() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// On hip (skipped where no driver loads; the CPU emulator of tools/device runs it), whose
+/// row tiles trim a budget of 9 to 7 nodes (8 rows).
+#[test]
+fn dflash2_tree_speculation_is_lossless_on_hip() {
+    tree_lossless_on("hip", 1, 12);
+}
