@@ -65,19 +65,6 @@ pub struct Args {
     /// Rollback mode: factors (default), per-token, snapshot or recurrent-host.
     #[arg(long, default_value = "factors")]
     pub rollback: String,
-    /// --spec adaptive: choose each chain round's number of drafts (`on`) or always verify
-    /// the full block (`off`); see `deltaspec generate --adapt-width`.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub adapt_width: String,
-    /// --spec adaptive: see `deltaspec generate --burst-confidence`.
-    #[arg(long, default_value_t = 1.0)]
-    pub burst_confidence: f64,
-    /// --spec adaptive: see `deltaspec generate --burst-cap`.
-    #[arg(long, default_value_t = 0.5)]
-    pub burst_cap: f64,
-    /// --spec adaptive: see `deltaspec generate --long-alpha`.
-    #[arg(long, default_value_t = 0.05)]
-    pub long_alpha: f64,
     /// Untimed runs of each kind first (graph compilation, caches).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
@@ -86,6 +73,9 @@ pub struct Args {
     pub seed: u64,
     #[arg(long)]
     pub json: bool,
+    /// --spec adaptive: see `deltaspec generate`.
+    #[command(flatten)]
+    pub policy: super::policy_args::PolicyArgs,
     #[command(flatten)]
     pub sampling: super::sampling_args::SamplingArgs,
     #[command(flatten)]
@@ -185,19 +175,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     let drafter = super::generate::open_drafter(&a.draft, &m, a.seed, &a.drafter)?;
     let block = drafter.max_draft() + 1;
-    if a.spec == "adaptive" {
-        PolicyConfig::check_burst_evidence(a.burst_confidence, a.burst_cap, a.long_alpha)
-            .map_err(anyhow::Error::msg)?;
-    }
     let mode = match a.spec.as_str() {
-        "adaptive" => SpecMode::Adaptive(PolicyConfig {
+        "adaptive" => SpecMode::Adaptive(a.policy.apply(PolicyConfig {
             ratio: Ratio::Live { initial: 1.9 },
-            adapt_width: a.adapt_width == "on",
-            confidence: a.burst_confidence,
-            burst_cap: a.burst_cap,
-            long_alpha: a.long_alpha,
             ..PolicyConfig::default()
-        }),
+        })?),
         "tree" => {
             if a.tree_budget == 0 {
                 bail!("--tree-budget must be at least 1");
@@ -222,17 +204,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 
     let backend_name = be.name();
     let mut s = Session::new(&m, be.as_mut(), prompt.len() + a.n)?;
-    // Per-row verify states are part of the state set: allocate them before the snapshot that
-    // every run restores.
-    // Trees always keep per-row states; chains those of the rollback mode.
     // The nodes a tree round may use: the budget trimmed to the backend's row tiles.
     let tree_nodes = match cfg.mode {
         SpecMode::Tree { budget } => Some(crate::spec::tree::session_budget(&s, budget)),
         _ => None,
     };
-    match cfg.mode {
-        SpecMode::Tree { .. } => s.reserve_tree_rows(tree_nodes.unwrap_or(0) + 1)?,
-        _ => crate::spec::Rollback::new(rollback)?
+    // Per-row verify states are part of the state set: allocate them before the snapshot that
+    // every run restores. Trees always keep per-row states; chains those of the rollback mode.
+    match tree_nodes {
+        Some(nodes) => s.reserve_tree_rows(nodes + 1)?,
+        None => crate::spec::Rollback::new(rollback)?
             .prepare(&mut s, cfg.max_draft.min(block - 1) + 1)?,
     }
     let fresh = s.snapshot()?;

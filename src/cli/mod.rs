@@ -13,6 +13,7 @@ mod drafter_args;
 mod generate;
 mod info;
 mod logits;
+mod policy_args;
 mod sampling_args;
 mod synth;
 mod tokens;

@@ -399,13 +399,13 @@ impl AdaptivePolicy {
         } else if self.accept.is_none() {
             (Decision::Spec, Reason::Start)
         } else {
-            match self.accept {
-                Some(a) if a < self.a_min() && self.long_run_holds(a, self.a_min()) => {
-                    (Decision::Spec, Reason::BelowLongRunAbove)
-                }
-                Some(a) if a < self.a_min() => (Decision::Spec, Reason::BelowWithinMargin),
-                _ => (Decision::Spec, Reason::AboveBreakEven),
-            }
+            let a_min = self.a_min();
+            let reason = match self.accept {
+                Some(a) if a < a_min && self.long_run_holds(a, a_min) => Reason::BelowLongRunAbove,
+                Some(a) if a < a_min => Reason::BelowWithinMargin,
+                _ => Reason::AboveBreakEven,
+            };
+            (Decision::Spec, reason)
         };
         let ev = PolicyEvent {
             step: self.step,
@@ -484,9 +484,8 @@ impl AdaptivePolicy {
     ///   plain steps, so the dearer the step the less evidence a burst needs;
     /// - is capped so that the margin of the EMA's long run (its variance never falls below
     ///   `α / (2 − α)` of one sample's) is at most [`PolicyConfig::burst_cap`] (half) of
-    ///   `a_min`: a drafter that never
-    ///   lands a draft must still stop, whatever the break-even (after two rounds at hip's
-    ///   costs).
+    ///   `a_min`: a drafter that never lands a draft must still stop, whatever the
+    ///   break-even (after two rounds at hip's costs).
     ///
     /// Simulated (`the_confidence_margin_keeps_paying_speculation_on`): prose at hip's costs
     /// 1.03 × → 1.2 × plain decoding, prose at a cost where it loses still within 1 % of plain.
