@@ -315,6 +315,58 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The 1-row gate/up pair quantizes its own output for the down projection (`qgemv_glu_q8_*`:
+/// the warp that completes each 32-row block quantizes it, then zeroes that block's counter):
+/// one `quantize_q8` launch less per layer, and logits equal to the separate quantization's bit
+/// for bit over several decode steps (a counter left non-zero would skip a block's quantization
+/// in the next layer or step), for a type whose 1-row pair runs the portable kernel (Q8_0) and
+/// one that runs a `1u<U>` variant on NVIDIA (IQ4_XS).
+#[test]
+fn one_row_gate_up_pairs_quantize_the_down_projections_input() {
+    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+    use deltaspec::model::{Qwen35, Session, synth};
+    for (recipe, tag) in [
+        (synth::Recipe::Q8_0, "q8_0"),
+        (synth::Recipe::Iq4Xs, "iq4_xs"),
+    ] {
+        let (Some(mut on), Some(mut off)) = (gpu("glu_q8", true), gpu("glu_q8", true)) else {
+            return;
+        };
+        on.set_glu_q8(true);
+        off.set_glu_q8(false);
+        let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
+        let dir = std::env::temp_dir().join(format!("deltaspec-glu-q8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("tiny-{tag}.gguf"));
+        synth::write(&synth::preset("tiny").unwrap(), recipe, 11, &path).unwrap();
+        let model = Qwen35::load(&path).unwrap();
+        let layers = model.cfg.n_layers as u64;
+        let mut s_on = Session::new(&model, &mut on, 64).unwrap();
+        let mut s_off = Session::new(&model, &mut off, 64).unwrap();
+        let opts = GraphOptions {
+            logits: LogitRows::Last,
+            argmax: true,
+            capture: vec![],
+            read_logits: true,
+        };
+        let mut tok = 5u32;
+        for step in 0..4 {
+            let (a0, b0) = (c_on.get(), c_off.get());
+            let a = s_on.forward(&[tok], &opts).unwrap();
+            let b = s_off.forward(&[tok], &opts).unwrap();
+            let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
+            assert_eq!(a.logits, b.logits, "{tag} step {step}: logits");
+            assert_eq!(
+                l_off - l_on,
+                layers,
+                "{tag} step {step}: {l_on} vs {l_off} launches"
+            );
+            tok = a.argmax[0];
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// The DeltaNet pattern: a projection group whose first output only feeds a K = 4 conv step. At
 /// one input row the conv runs in the group's `qgemv4_*` epilogue (one `conv_step` launch less);
 /// the conv output, the other projection and the conv state equal the unfused run bit for bit
