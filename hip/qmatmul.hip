@@ -309,6 +309,16 @@ struct QConv {
     u32 C;  // channels: segment 0's rows
 };
 
+// Segment 0's output written as the two halves of a view with rows of 2·half values (the
+// attention projection's per-head query and gate, which two SliceLast nodes would copy out):
+// row j of input row n goes to a (j % 2·half < half) or b, at n · M/2 + (j / 2·half) · half +
+// j % half. half = 0: plain rows.
+struct QSplit {
+    float* a;
+    float* b;
+    u32 half;
+};
+
 // Whether a type's 1-row qgemv4 has the folded conv epilogue. Not Q4_K or Q5_K: there it cost
 // ptxas ~20 registers (Q4_K 80 -> 102, fewer resident warps), so their conv steps stay separate
 // launches (mirrored by kernels::QCONV_TYPES).
@@ -336,7 +346,7 @@ template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0, bool QO = false>
 DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
                u32 M, u64 row_bytes, u32 wi, QConv cv = QConv{nullptr, nullptr, nullptr, 0}, bool conv = false,
-               Q8Out qo = Q8Out{nullptr, nullptr, nullptr, nullptr}) {
+               Q8Out qo = Q8Out{nullptr, nullptr, nullptr, nullptr}, QSplit sp = QSplit{nullptr, nullptr, 0}) {
     constexpr u32 IPB = Q::QK / 32;
     constexpr u32 RO = GLU ? R / 2 : R;  // output columns per warp
     static_assert(!GLU || R % 2 == 0, "a GLU warp owns gate/up row pairs");
@@ -426,7 +436,15 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
             for (u32 t = 0; t < NT; ++t) {
                 const float v = warp_sum(acc[r][t]);
                 const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? r + RO : r][t]) : v;
-                if (lane == 0 && m0 + r < M && n0 + t < N) Y[(u64)(n0 + t) * M + m0 + r] = o;
+                if (lane == 0 && m0 + r < M && n0 + t < N) {
+                    if (!GLU && sp.half != 0) {
+                        const u32 j = m0 + r, w = 2 * sp.half, c = j % w;
+                        float* h = c < sp.half ? sp.a : sp.b;
+                        h[(u64)(n0 + t) * (M / 2) + (j / w) * sp.half + c % sp.half] = o;
+                    } else {
+                        Y[(u64)(n0 + t) * M + m0 + r] = o;
+                    }
+                }
                 if (t == 0) out[r] = o;
             }
         if constexpr (QO) q8_row_done(Y, m0, qo);
@@ -458,11 +476,12 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 // projections, gate/up): blocks are dealt to segments by their cumulative block counts, each
 // segment's blocks map to rows exactly as in its own launch (so results are bit-identical).
 // Unused segments have M = 0. The signature is fixed so a captured launch stays valid.
-// CW/CS/CY: a conv folded into segment 0 (QConv; null CW: none).
+// CW/CS/CY: a conv folded into segment 0 (QConv; null CW: none). SA/SB/SH: segment 0 written as
+// halves (QSplit; SH = 0: not).
 template <class Q, u32 NT, u32 R = qgemv_rows(NT), u32 UF = 0>
 DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                    u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
-                   u32 K, u64 row_bytes, const float* CW, float* CS, float* CY) {
+                   u32 K, u64 row_bytes, const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {
     constexpr u32 RPB = R * QG_WARPS;
     u32 b = bid_x();
     const u8* W = W0;
@@ -472,6 +491,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
     // (The pointers stay kernel parameters: selecting null for the other segments held them in
     // registers through the whole loop.)
     const bool conv = CW != nullptr && b < b0;
+    const u32 half = b < b0 ? SH : 0u;
     if (b >= b0) {
         b -= b0, W = W1, Y = Y1, M = M1;
         if (b >= b1) {
@@ -480,7 +500,8 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
         }
     }
     qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
-                               QConv{CW, CS, CY, M0}, conv);
+                               QConv{CW, CS, CY, M0}, conv, Q8Out{nullptr, nullptr, nullptr, nullptr},
+                               QSplit{SA, SB, half});
 }
 
 #define DS_QGEMV(name, Q, NT)                                                                             \
@@ -494,9 +515,9 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
     qgemv4_##name##_##NT(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,    \
                          float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, \
                          const float* XS, u32 N, u32 K, u64 row_bytes, const float* CW, float* CS,        \
-                         float* CY) {                                                                     \
+                         float* CY, float* SA, float* SB, u32 SH) {                                       \
         qgemv_seg<Q, NT>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
-                         CY);                                                                             \
+                         CY, SA, SB, SH);                                                                 \
     }
 // The gate/up pair holds two weight rows per warp; tiles up to 8 (a 16-row tile spills on gfx11
 // for Q6_K; at 16 rows the lowering runs gate/up as qgemv4 plus the swiglu kernel instead).
@@ -568,9 +589,9 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
     qgemv4_##name##_1r##R##u##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
                                 const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,           \
                                 const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
-                                const float* CW, float* CS, float* CY) {                                    \
+                                const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {      \
         qgemv_seg<Q, 1, R, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
-                              CY);                                                                          \
+                              CY, SA, SB, SH);                                                              \
     }
 #define DS_QGEMV1_GLU_U(name, Q, U)                                                                    \
     KERNEL(QG_THREADS)                                                                                 \
@@ -613,9 +634,9 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_WIDE_TYPE)
     qgemv4_##name##_##NT##x##R(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,             \
                                const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,            \
                                const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
-                               const float* CW, float* CS, float* CY) {                                     \
+                               const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {       \
         qgemv_seg<Q, NT, R>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
-                            CY);                                                                            \
+                            CY, SA, SB, SH);                                                                \
     }                                                                                                       \
     KERNEL(QG_THREADS)                                                                                      \
     qgemv_glu_##name##_##NT##x##R(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \

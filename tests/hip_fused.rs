@@ -315,53 +315,73 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The 1-row gate/up pair quantizes its own output for the down projection (`qgemv_glu_q8_*`:
-/// the warp that completes each 32-row block quantizes it, then zeroes that block's counter):
-/// one `quantize_q8` launch less per layer, and logits equal to the separate quantization's bit
-/// for bit over several decode steps (a counter left non-zero would skip a block's quantization
-/// in the next layer or step), for a type whose 1-row pair runs the portable kernel (Q8_0) and
-/// one that runs a `1u<U>` variant on NVIDIA (IQ4_XS).
+/// Two epilogues that remove launches from a 1-row step, each on against off with everything
+/// else fused, over several decode steps: logits equal bit for bit, and the launches saved.
+/// - The gate/up pair quantizes its own output for the down projection (`qgemv_glu_q8_*`: the
+///   warp that completes each 32-row block quantizes it, then zeroes that block's counter; a
+///   counter left non-zero would skip a block in the next layer or step): one `quantize_q8`
+///   launch less per layer.
+/// - The attention q/k/v group writes the query and gate halves of its first output itself
+///   (`QSplit`): two `slice_last` launches less per attention layer.
+///
+/// For a type whose 1-row kernels are the portable ones (Q8_0) and one with `1r<R>u<U>`
+/// variants on NVIDIA (IQ4_XS).
 #[test]
-fn one_row_gate_up_pairs_quantize_the_down_projections_input() {
+fn one_row_epilogues_save_launches_and_keep_the_bits() {
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
-    use deltaspec::model::{Qwen35, Session, synth};
+    use deltaspec::model::{LayerKind, Qwen35, Session, synth};
+    type Toggle = fn(&mut HipBackend, bool);
+    let toggles: [(&str, Toggle); 2] = [
+        ("glu_q8", |b, on| b.set_glu_q8(on)),
+        ("split_out", |b, on| b.set_split_out(on)),
+    ];
     for (recipe, tag) in [
         (synth::Recipe::Q8_0, "q8_0"),
         (synth::Recipe::Iq4Xs, "iq4_xs"),
     ] {
-        let (Some(mut on), Some(mut off)) = (gpu("glu_q8", true), gpu("glu_q8", true)) else {
-            return;
-        };
-        on.set_glu_q8(true);
-        off.set_glu_q8(false);
-        let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
-        let dir = std::env::temp_dir().join(format!("deltaspec-glu-q8-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("deltaspec-epilogues-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("tiny-{tag}.gguf"));
         synth::write(&synth::preset("tiny").unwrap(), recipe, 11, &path).unwrap();
         let model = Qwen35::load(&path).unwrap();
         let layers = model.cfg.n_layers as u64;
-        let mut s_on = Session::new(&model, &mut on, 64).unwrap();
-        let mut s_off = Session::new(&model, &mut off, 64).unwrap();
-        let opts = GraphOptions {
-            logits: LogitRows::Last,
-            argmax: true,
-            capture: vec![],
-            read_logits: true,
-        };
-        let mut tok = 5u32;
-        for step in 0..4 {
-            let (a0, b0) = (c_on.get(), c_off.get());
-            let a = s_on.forward(&[tok], &opts).unwrap();
-            let b = s_off.forward(&[tok], &opts).unwrap();
-            let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
-            assert_eq!(a.logits, b.logits, "{tag} step {step}: logits");
-            assert_eq!(
-                l_off - l_on,
-                layers,
-                "{tag} step {step}: {l_on} vs {l_off} launches"
-            );
-            tok = a.argmax[0];
+        let attn = model
+            .cfg
+            .layers
+            .iter()
+            .filter(|k| **k == LayerKind::Attention)
+            .count() as u64;
+        assert!(attn > 0, "the tiny preset has an attention layer");
+        for (name, set) in toggles {
+            let (Some(mut on), Some(mut off)) = (gpu(name, true), gpu(name, true)) else {
+                return;
+            };
+            set(&mut on, true);
+            set(&mut off, false);
+            let saved = if name == "glu_q8" { layers } else { 2 * attn };
+            let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
+            let mut s_on = Session::new(&model, &mut on, 64).unwrap();
+            let mut s_off = Session::new(&model, &mut off, 64).unwrap();
+            let opts = GraphOptions {
+                logits: LogitRows::Last,
+                argmax: true,
+                capture: vec![],
+                read_logits: true,
+            };
+            let mut tok = 5u32;
+            for step in 0..4 {
+                let (a0, b0) = (c_on.get(), c_off.get());
+                let a = s_on.forward(&[tok], &opts).unwrap();
+                let b = s_off.forward(&[tok], &opts).unwrap();
+                let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
+                assert_eq!(a.logits, b.logits, "{tag} {name} step {step}: logits");
+                assert_eq!(
+                    l_off - l_on,
+                    saved,
+                    "{tag} {name} step {step}: {l_on} vs {l_off} launches"
+                );
+                tok = a.argmax[0];
+            }
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -21,8 +21,9 @@
 //!   (`*_rms_norm_q8`, `dyn_conv_q8[f]`, [`q8_out`]), so that matmul's quantize launch goes.
 //!
 //! Every fused kernel does the unfused kernels' float operations on the same values, so fused
-//! and unfused runs agree bit for bit. The `SliceLast` halves wgpu writes directly stay separate
-//! launches here. `DELTASPEC_HIP_FUSION=0` (or [`HipBackend::set_fusion`]) turns fusion off.
+//! and unfused runs agree bit for bit. On the dp4a kernels a group's first output read only as
+//! two `SliceLast` halves (the attention query and gate) is written as those halves (`QSplit`),
+//! so the two slice copies go (`DELTASPEC_HIP_SPLIT_OUT=0`: not). `DELTASPEC_HIP_FUSION=0` (or [`HipBackend::set_fusion`]) turns fusion off.
 //!
 //! The fused kernels have no wide (several weight rows per warp) variants, so where the unfused
 //! GEMV of a tile runs a wide one, fusing trades it for the portable kernel. At 16 input rows
@@ -106,6 +107,15 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         if let Some(c) = conv {
             f.folded[c] = true;
         }
+        // The query/gate halves written by the dp4a kernels' epilogue (not the matrix-core
+        // tiles'), so the two slice copies go.
+        let split = grp
+            .split
+            .filter(|_| be.split_out && conv.is_none() && be.qmma_tile(n, suffix).is_none());
+        if let Some((a, b)) = split {
+            f.folded[a] = true;
+            f.folded[b] = true;
+        }
         f.conv.push(conv);
         let gi = f.groups.len();
         for (k, &m) in grp.members.iter().enumerate() {
@@ -117,7 +127,7 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         f.groups.push(Group {
             members: grp.members,
             swiglu,
-            split: None,
+            split,
         });
     }
     let on = |qp: &QkPrep| match be.qk_prep {
@@ -435,6 +445,18 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
                     Arg::P(env.ptr(cn.outputs[0])),
                 ]),
                 None => args.extend([Arg::P(0), Arg::P(0), Arg::P(0)]),
+            }
+            // Segment 0 as the query/gate halves (the slices' outputs; half = their width).
+            match grp.split.filter(|_| c == 0) {
+                Some((a, b)) => {
+                    let half = g.tensor(g.nodes[a].outputs[0]).last_dim();
+                    args.extend([
+                        Arg::P(env.ptr(g.nodes[a].outputs[0])),
+                        Arg::P(env.ptr(g.nodes[b].outputs[0])),
+                        u(half)?,
+                    ]);
+                }
+                None => args.extend([Arg::P(0), Arg::P(0), Arg::U32(0)]),
             }
         }
         let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;

@@ -180,6 +180,9 @@ pub struct HipBackend {
     /// (`qgemv_glu_q8_*`, [`fused::q8_out`]), so that matmul's `quantize_q8` launch goes.
     /// `DELTASPEC_HIP_GLU_Q8=0` turns it off.
     glu_q8: bool,
+    /// A dp4a group's first output read only as two `SliceLast` halves is written as those
+    /// halves ([`fused`]); `DELTASPEC_HIP_SPLIT_OUT=0` turns it off.
+    split_out: bool,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
     /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
@@ -367,6 +370,7 @@ impl HipBackend {
             },
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             glu_q8: std::env::var("DELTASPEC_HIP_GLU_Q8").map_or(true, |v| v != "0"),
+            split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
                 Ok("keys") => QkPrepMode::KeysOnly,
@@ -791,6 +795,12 @@ impl HipBackend {
     /// activations ([`fused::q8_out`]), for graphs compiled afterwards; the same bits.
     pub fn set_glu_q8(&mut self, on: bool) {
         self.glu_q8 = on;
+    }
+
+    /// Whether a dp4a group writes its first output as the two `SliceLast` halves that are its
+    /// only readers ([`fused`]), for graphs compiled afterwards; the same bits.
+    pub fn set_split_out(&mut self, on: bool) {
+        self.split_out = on;
     }
 
     /// Whether a 1-row projection group runs the conv step that reads its first output (see
