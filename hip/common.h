@@ -387,30 +387,3 @@ DEV void grid_begin() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-
-// Device-scope ordering for a "last one finishes the group" epilogue: warps that each write part
-// of a group count themselves in with an atomic after a release fence; the one whose count
-// completes the group fences with acquire and reads the others' writes past the L1, which is not
-// coherent between multiprocessors on either vendor.
-DEV void fence_release_device() {
-#if defined(__AMDGPU__)
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
-#elif defined(__NVPTX__)
-    __nvvm_membar_gl();
-#else
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-#endif
-}
-DEV void fence_acquire_device() {
-#if defined(__AMDGPU__)
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
-#elif defined(__NVPTX__)
-    __nvvm_membar_gl();
-#else
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-#endif
-}
-// The value before the add; relaxed: the fences above do the ordering.
-DEV u32 atomic_add_u32(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-// A load that bypasses the L1 (volatile: ld.volatile on NVIDIA, glc on AMD).
-DEV float load_coherent(const float* p) { return *(const volatile float*)p; }

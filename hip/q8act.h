@@ -31,32 +31,6 @@ DEV void q8_store_block(float x, u64 b, i8* __restrict__ XQ, float* __restrict__
     }
 }
 
-// Where a 1-row kernel also writes its output as int8 activations for the next matmul, so that
-// matmul's quantize_q8 launch goes: the parts and one zeroed counter per 32-row group.
-struct Q8Out {
-    i8* q;
-    float* d;
-    float* s;
-    u32* cnt;
-};
-
-// This warp just wrote row `row` of Y (a row of one input, from lane 0), and each of the 32 rows
-// of its quantization block is written by a different warp: the warp whose count completes the
-// block reads it back and quantizes it (q8_store_block: quantize_q8's operations on the same
-// values, so the same bits), then zeroes the counter for the next launch. Costs one atomic per
-// warp and, for one warp in 32, a 128-byte read from L2.
-DEV void q8_row_done(const float* Y, u32 row, const Q8Out& o) {
-    const u32 b = row / 32;
-    fence_release_device();
-    i32 last = 0;
-    if (lane_id() == 0) last = atomic_add_u32(o.cnt + b, 1u) == 31u;
-    if (shfl_idx_i32(last, 0) == 0) return;
-    fence_acquire_device();
-    const float x = load_coherent(Y + (u64)b * 32 + lane_id());
-    q8_store_block(x, b, o.q, o.d, o.s);
-    if (lane_id() == 0) o.cnt[b] = 0u;
-}
-
 // The fragment order of int8 activations that hip/qmma.hip's `f`/`p`/`q` kernels read (see that
 // file's header); here because other kernels that quantize their output write it too.
 // The k order of a quad: lane t of a quad holds word qm_pos(t) of each half (see hip/qmma.hip).

@@ -339,18 +339,14 @@ struct QConvFold<IQ5_K> {
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
 // the result equals matmul → matmul → swiglu bit for bit).
-// QO: a 1-row gate/up pair (one output row per warp) also writes its output as int8 activations
-// (qo, q8_row_done); the host launches it only where M is a multiple of 32, so every warp of the
-// grid owns a row.
-template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0, bool QO = false>
+template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0>
 DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
                u32 M, u64 row_bytes, u32 wi, QConv cv = QConv{nullptr, nullptr, nullptr, 0}, bool conv = false,
-               Q8Out qo = Q8Out{nullptr, nullptr, nullptr, nullptr}, QSplit sp = QSplit{nullptr, nullptr, 0}) {
+               QSplit sp = QSplit{nullptr, nullptr, 0}) {
     constexpr u32 IPB = Q::QK / 32;
     constexpr u32 RO = GLU ? R / 2 : R;  // output columns per warp
     static_assert(!GLU || R % 2 == 0, "a GLU warp owns gate/up row pairs");
-    static_assert(!QO || (GLU && NT == 1 && RO == 1), "int8 output: 1-row gate/up pairs only");
     const u32 lane = lane_id();
     const u32 m0 = wi * RO;
     const u32 nb = K / 32;
@@ -447,7 +443,6 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 }
                 if (t == 0) out[r] = o;
             }
-        if constexpr (QO) q8_row_done(Y, m0, qo);
         if constexpr (CONV) {
             // Every lane holds every row's output (warp_sum's butterfly); lane r updates row m0 + r.
             if (conv && lane < RO && m0 + lane < M) {
@@ -500,8 +495,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
         }
     }
     qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
-                               QConv{CW, CS, CY, M0}, conv, Q8Out{nullptr, nullptr, nullptr, nullptr},
-                               QSplit{SA, SB, half});
+                               QConv{CW, CS, CY, M0}, conv, QSplit{SA, SB, half});
 }
 
 #define DS_QGEMV(name, Q, NT)                                                                             \
@@ -528,17 +522,6 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
         qgemv<Q, NT, 2, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                               \
                               bid_x() * QG_WARPS + tid_x() / WARP);                                    \
     }
-// The 1-row gate/up pair that also writes its output's int8 activations (OQ/OD/OS, counters
-// CNT, see q8_row_done): qgemv_glu_q8_<type>_<SUF>, U items in flight (0: the tile's default).
-#define DS_QGEMV_GLU_Q8(name, Q, SUF, U)                                                                   \
-    KERNEL(QG_THREADS)                                                                                     \
-    qgemv_glu_q8_##name##_##SUF(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
-                                float* Y, u32 N, u32 K, u32 M, u64 row_bytes, i8* OQ, float* OD, float* OS, \
-                                u32* CNT) {                                                                \
-        qgemv<Q, 1, 2, true, U, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                           \
-                                      bid_x() * QG_WARPS + tid_x() / WARP,                                 \
-                                      QConv{nullptr, nullptr, nullptr, 0}, false, Q8Out{OQ, OD, OS, CNT}); \
-    }
 // A wide variant: R weight rows per warp share each activation load (verify widths spend most
 // of their time loading activations: NT · 40 bytes per 32-value item against ~18 bytes of weights).
 // Every row is accumulated in the same order as in the R = qgemv_rows(NT) kernel, so results are
@@ -559,8 +542,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
     DS_QGEMV_GLU(name, Q, 1)   \
     DS_QGEMV_GLU(name, Q, 2)   \
     DS_QGEMV_GLU(name, Q, 4)   \
-    DS_QGEMV_GLU(name, Q, 8)   \
-    DS_QGEMV_GLU_Q8(name, Q, 1, 0)
+    DS_QGEMV_GLU(name, Q, 8)
 
 // Every weight type with an integer path: X(name, struct).
 #define DS_FOR_EACH_QTYPE(X) \
@@ -611,10 +593,7 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
     DS_QGEMV1_RU(name, Q, 4, 2)   \
     DS_QGEMV1_GLU_U(name, Q, 1)   \
     DS_QGEMV1_GLU_U(name, Q, 2)   \
-    DS_QGEMV1_GLU_U(name, Q, 4)   \
-    DS_QGEMV_GLU_Q8(name, Q, 1u1, 1) \
-    DS_QGEMV_GLU_Q8(name, Q, 1u2, 2) \
-    DS_QGEMV_GLU_Q8(name, Q, 1u4, 4)
+    DS_QGEMV1_GLU_U(name, Q, 4)
 DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
 
 // Mirrored by kernels::QGEMV_WIDE.

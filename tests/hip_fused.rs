@@ -315,36 +315,29 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Two epilogues that remove launches from a 1-row step, each on against off with everything
-/// else fused, over several decode steps: logits equal bit for bit, and the launches saved.
-/// - The gate/up pair quantizes its own output for the down projection (`qgemv_glu_q8_*`: the
-///   warp that completes each 32-row block quantizes it, then zeroes that block's counter; a
-///   counter left non-zero would skip a block in the next layer or step): one `quantize_q8`
-///   launch less per layer.
-/// - The attention q/k/v group writes the query and gate halves of its first output itself
-///   (`QSplit`): two `slice_last` launches less per attention layer.
-///
-/// For a type whose 1-row kernels are the portable ones (Q8_0) and one with `1r<R>u<U>`
-/// variants on NVIDIA (IQ4_XS).
+/// The attention q/k/v group writes the query and gate halves of its first output itself
+/// (`QSplit`) instead of two `slice_last` copies: on against off with everything else fused, over
+/// decode steps and a 3-row verify-width step (the 4-row dp4a tile): logits equal bit for bit,
+/// two launches less per attention layer. For a type whose 1-row kernels are the portable ones
+/// (Q8_0) and one with `1r<R>u<U>` variants on NVIDIA (IQ4_XS).
 #[test]
-fn one_row_epilogues_save_launches_and_keep_the_bits() {
+fn query_gate_halves_are_written_by_the_projection_group() {
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
     use deltaspec::model::{LayerKind, Qwen35, Session, synth};
-    type Toggle = fn(&mut HipBackend, bool);
-    let toggles: [(&str, Toggle); 2] = [
-        ("glu_q8", |b, on| b.set_glu_q8(on)),
-        ("split_out", |b, on| b.set_split_out(on)),
-    ];
     for (recipe, tag) in [
         (synth::Recipe::Q8_0, "q8_0"),
         (synth::Recipe::Iq4Xs, "iq4_xs"),
     ] {
-        let dir = std::env::temp_dir().join(format!("deltaspec-epilogues-{}", std::process::id()));
+        let (Some(mut on), Some(mut off)) = (gpu("split_out", true), gpu("split_out", true)) else {
+            return;
+        };
+        on.set_split_out(true);
+        off.set_split_out(false);
+        let dir = std::env::temp_dir().join(format!("deltaspec-split-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("tiny-{tag}.gguf"));
         synth::write(&synth::preset("tiny").unwrap(), recipe, 11, &path).unwrap();
         let model = Qwen35::load(&path).unwrap();
-        let layers = model.cfg.n_layers as u64;
         let attn = model
             .cfg
             .layers
@@ -352,36 +345,33 @@ fn one_row_epilogues_save_launches_and_keep_the_bits() {
             .filter(|k| **k == LayerKind::Attention)
             .count() as u64;
         assert!(attn > 0, "the tiny preset has an attention layer");
-        for (name, set) in toggles {
-            let (Some(mut on), Some(mut off)) = (gpu(name, true), gpu(name, true)) else {
-                return;
+        let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
+        let mut s_on = Session::new(&model, &mut on, 64).unwrap();
+        let mut s_off = Session::new(&model, &mut off, 64).unwrap();
+        let opts = |logits| GraphOptions {
+            logits,
+            argmax: true,
+            capture: vec![],
+            read_logits: true,
+        };
+        let mut tok = 5u32;
+        for step in 0..4 {
+            let (toks, o) = if step == 3 {
+                (vec![tok, 7, 2], opts(LogitRows::All))
+            } else {
+                (vec![tok], opts(LogitRows::Last))
             };
-            set(&mut on, true);
-            set(&mut off, false);
-            let saved = if name == "glu_q8" { layers } else { 2 * attn };
-            let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
-            let mut s_on = Session::new(&model, &mut on, 64).unwrap();
-            let mut s_off = Session::new(&model, &mut off, 64).unwrap();
-            let opts = GraphOptions {
-                logits: LogitRows::Last,
-                argmax: true,
-                capture: vec![],
-                read_logits: true,
-            };
-            let mut tok = 5u32;
-            for step in 0..4 {
-                let (a0, b0) = (c_on.get(), c_off.get());
-                let a = s_on.forward(&[tok], &opts).unwrap();
-                let b = s_off.forward(&[tok], &opts).unwrap();
-                let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
-                assert_eq!(a.logits, b.logits, "{tag} {name} step {step}: logits");
-                assert_eq!(
-                    l_off - l_on,
-                    saved,
-                    "{tag} {name} step {step}: {l_on} vs {l_off} launches"
-                );
-                tok = a.argmax[0];
-            }
+            let (a0, b0) = (c_on.get(), c_off.get());
+            let a = s_on.forward(&toks, &o).unwrap();
+            let b = s_off.forward(&toks, &o).unwrap();
+            let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
+            assert_eq!(a.logits, b.logits, "{tag} step {step}: logits");
+            assert_eq!(
+                l_off - l_on,
+                2 * attn,
+                "{tag} step {step}: {l_on} vs {l_off} launches"
+            );
+            tok = a.argmax[a.argmax.len() - 1];
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

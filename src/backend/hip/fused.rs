@@ -184,11 +184,7 @@ fn conv_foldable(be: &HipBackend, g: &Graph, n: usize, suffix: &str, c: usize) -
 /// finds its input already quantized ([`lower::quantize_input`]). Off with fusion. Norms: by
 /// default `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=1`: every norm, `=0`: none); convs: on
 /// unless `DELTASPEC_HIP_CONV_Q8=0`.
-///
-/// Also true for the `SwiGlu` node of a 1-row gate/up group of `f` on the dp4a kernels whose
-/// output (a multiple of 32 wide) feeds an int8 matmul: its `qgemv_glu_q8_*` launch writes that
-/// matmul's int8 rows (unless `DELTASPEC_HIP_GLU_Q8=0`).
-pub(super) fn q8_out(be: &HipBackend, g: &Graph, f: &Fusion) -> Vec<bool> {
+pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
     if !be.fusion || !be.int8_matmul {
         return out;
@@ -209,16 +205,6 @@ pub(super) fn q8_out(be: &HipBackend, g: &Graph, f: &Fusion) -> Vec<bool> {
         };
         out[i] = g.tensor(nd.inputs[0]).last_dim().is_multiple_of(32)
             && fed.contains(&g.storage_root(y));
-    }
-    for grp in f.groups.iter().filter(|_| be.glu_q8) {
-        let Some(s) = grp.swiglu else { continue };
-        let Some((suffix, n, _, m, _)) = int8_matmul(be, g, grp.members[0]) else {
-            continue;
-        };
-        out[s] = n == 1
-            && m.is_multiple_of(32)
-            && be.qmma_glu_tile(n, suffix).is_none()
-            && fed.contains(&g.storage_root(g.nodes[s].outputs[0]));
     }
     out
 }
@@ -284,13 +270,6 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         None => be.qmma_tile(n, suffix),
     };
     let frag = be.qmma_frag() && mma.is_some();
-    // A gate/up pair that writes its output's int8 rows puts them behind its input's: the
-    // buffer grows first, as growing forgets what it holds.
-    let out_q8 = grp.swiglu.filter(|&s| env.ex.q8_out.get(s) == Some(&true));
-    let m = g.tensor(first.inputs[1]).shape[0];
-    if out_q8.is_some() {
-        be.qscratch(lower::q8_bytes(n * k) + lower::q8_bytes(n * m))?;
-    }
     let [xq, xd, xs] = lower::quantize_input(be, env, first, None, n, k, frag)?;
     // The dp4a kernels read the members' regrouped Q8_0 copies where all have one.
     let weights: Vec<_> = grp.members.iter().map(|&i| g.nodes[i].inputs[1]).collect();
@@ -311,17 +290,8 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
     let warps = u64::from(kernels::QGEMV_THREADS / 32);
     let u = |v: usize| u32_arg(be, &first.op, v);
     if let Some(s) = grp.swiglu {
+        let m = g.tensor(first.inputs[1]).shape[0];
         // (source, kernel, output columns per block, threads, grid rows); both take the same arguments.
-        // The int8 output rows go right behind the input's (checked: the input's are at the
-        // buffer's start, which is where every quantization but this one writes).
-        let q8o = match out_q8 {
-            Some(s) if xq == be.qscratch(0)? && fused_wide_rows(be, nt).is_none() => {
-                let at = lower::q8_bytes(n * k);
-                let parts = lower::q8_split(xq + at as u64, n * m);
-                Some((s, at, parts, be.qcounters(m / 32)?))
-            }
-            _ => None,
-        };
         let (source, name, cols, threads, grid_y) = match be.qmma_glu_tile(n, suffix) {
             Some(t) => be.mma_launch("qmma_glu", suffix, t, n, g.rows_match_decode),
             None => one_row(
@@ -347,41 +317,25 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
                 },
             ),
         };
-        let mut args = vec![
-            Arg::P(wptr(0)),
-            Arg::P(wptr(1)),
-            Arg::P(xq),
-            Arg::P(xd),
-            Arg::P(xs),
-            Arg::P(env.ptr(g.nodes[s].outputs[0])),
-            u(n)?,
-            u(k)?,
-            u(m)?,
-            Arg::U64(row_bytes),
-        ];
-        let Some((s, at, [oq, od, os], cnt)) = q8o else {
-            return launch(
-                be,
-                source,
-                &name,
-                [blocks(m as u64, cols), grid_y, 1],
-                threads,
-                &args,
-            );
-        };
-        // qgemv_glu_<type>_<v> → qgemv_glu_q8_<type>_<v> (the same rows and grid).
-        let name = name.replacen("qgemv_glu_", "qgemv_glu_q8_", 1);
-        args.extend([Arg::P(oq), Arg::P(od), Arg::P(os), Arg::P(cnt)]);
-        launch(
+        return launch(
             be,
             source,
             &name,
             [blocks(m as u64, cols), grid_y, 1],
             threads,
-            &args,
-        )?;
-        be.set_quantized(g.storage_root(g.nodes[s].outputs[0]), at);
-        return Ok(());
+            &[
+                Arg::P(wptr(0)),
+                Arg::P(wptr(1)),
+                Arg::P(xq),
+                Arg::P(xd),
+                Arg::P(xs),
+                Arg::P(env.ptr(g.nodes[s].outputs[0])),
+                u(n)?,
+                u(k)?,
+                u(m)?,
+                Arg::U64(row_bytes),
+            ],
+        );
     }
     // The weight rows of the whole group, which decide the 1-row variant (grid fill).
     let total_rows: usize = grp

@@ -400,9 +400,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             if *nt <= QGEMV_GLU_MAX_TILE {
                 v.push(("qmatmul", format!("qgemv_glu_{ty}_{nt}")));
             }
-            if *nt == 1 {
-                v.push(("qmatmul", format!("qgemv_glu_q8_{ty}_1")));
-            }
         }
         for (nt, r) in QGEMV_WIDE {
             v.push(("qmatmul", format!("qgemv_{ty}_{nt}x{r}")));
@@ -417,7 +414,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         }
         for u in Q1_GLU_UNROLLS {
             v.push(("qmatmul", format!("qgemv_glu_{ty}_1u{u}")));
-            v.push(("qmatmul", format!("qgemv_glu_q8_{ty}_1u{u}")));
         }
         // The regrouped Q8_0 layout has dp4a kernels only.
         for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {

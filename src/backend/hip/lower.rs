@@ -1012,29 +1012,26 @@ pub(super) fn quantize_input(
     };
     let gated = gate.is_some();
     let Some([fq, fd, fs]) = fparts else {
-        if be.quantized.get() == Some(root) {
-            // Possibly behind another input's rows (a gate/up launch's own int8 output).
-            let at = be.quantized_at.get() as DevPtr;
-            return Ok([xq + at, xd + at, xs + at]);
+        if be.quantized.get() != Some(root) {
+            let grid = [
+                blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
+                1,
+                1,
+            ];
+            let name = if gated {
+                "quantize_q8_gate"
+            } else {
+                "quantize_q8"
+            };
+            let args = [
+                input(),
+                vec![Arg::P(xq), Arg::P(xd), Arg::P(xs)],
+                sizes.to_vec(),
+            ]
+            .concat();
+            launch(be, "qmatmul", name, grid, kernels::QGEMV_THREADS, &args)?;
+            be.quantized.set(Some(root));
         }
-        let grid = [
-            blocks((n * nb) as u64, u64::from(kernels::QGEMV_THREADS / 32)),
-            1,
-            1,
-        ];
-        let name = if gated {
-            "quantize_q8_gate"
-        } else {
-            "quantize_q8"
-        };
-        let args = [
-            input(),
-            vec![Arg::P(xq), Arg::P(xd), Arg::P(xs)],
-            sizes.to_vec(),
-        ]
-        .concat();
-        launch(be, "qmatmul", name, grid, kernels::QGEMV_THREADS, &args)?;
-        be.set_quantized(root, 0);
         return Ok([xq, xd, xs]);
     };
     if be.fragged.get() != Some(root) {
@@ -1048,9 +1045,7 @@ pub(super) fn quantize_input(
             1,
             1,
         ];
-        // The relayout reads the plain rows at the buffer's start.
-        let plain_here = be.quantized.get() == Some(root) && be.quantized_at.get() == 0;
-        let (name, input) = match (plain_here, gated) {
+        let (name, input) = match (be.quantized.get() == Some(root), gated) {
             (true, _) => ("qmma_relayout", vec![]),
             (false, false) => ("qmma_quantize", input()),
             (false, true) => ("qmma_quantize_gate", input()),
@@ -1058,7 +1053,7 @@ pub(super) fn quantize_input(
         let parts = [xq, xd, xs, fq, fd, fs].map(Arg::P).to_vec();
         let args = [input, parts, sizes.to_vec()].concat();
         launch(be, "qmma", name, grid, kernels::QMMA_QUANT_THREADS, &args)?;
-        be.set_quantized(root, 0);
+        be.quantized.set(Some(root));
         be.fragged.set(Some(root));
     }
     Ok([fq, fd, fs])
@@ -1088,19 +1083,13 @@ fn q8_frag_parts(
     Ok((q8_split(base, n * k), q8_split(fbase, padded)))
 }
 
-/// Bytes of the `(XQ, XD, XS)` parts of `elems` values.
-pub(super) fn q8_bytes(elems: usize) -> usize {
-    let (q, d) = q8_sizes(elems);
-    q + 2 * d
-}
-
 /// Bytes of the int8 part and of each scale part for `elems` values, each 256-byte aligned.
 fn q8_sizes(elems: usize) -> (usize, usize) {
     (align256(elems), align256(elems / 32 * 4))
 }
 
 /// `(XQ, XD, XS)` of `elems` values laid out from `base`.
-pub(super) fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
+fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
     let (q_bytes, d_bytes) = q8_sizes(elems);
     [
         base,
@@ -1163,7 +1152,7 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
         norm_threads(d),
         &args,
     )?;
-    be.set_quantized(g.storage_root(y), 0);
+    be.quantized.set(Some(g.storage_root(y)));
     Ok(())
 }
 
@@ -1234,7 +1223,7 @@ pub(super) fn dyn_conv(
         &args,
     )?;
     let root = g.storage_root(y);
-    be.set_quantized(root, 0);
+    be.quantized.set(Some(root));
     if frag {
         be.fragged.set(Some(root));
     }

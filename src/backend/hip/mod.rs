@@ -140,12 +140,6 @@ pub struct HipBackend {
     /// The tensor whose quantized rows `qscratch` holds in the current run (several matmuls
     /// over one input quantize it once). Cleared at the start of every run.
     quantized: std::cell::Cell<Option<crate::graph::TensorId>>,
-    /// Byte offset into `qscratch` of `quantized`'s parts: 0, except after a gate/up launch that
-    /// wrote its output's int8 rows behind its own input's ([`fused::q8_out`]).
-    quantized_at: std::cell::Cell<usize>,
-    /// Zeroed per-group counters of the kernels that quantize their own output
-    /// (`hip/q8act.h` `q8_row_done`); every launch leaves them zero again.
-    qcount: RefCell<Option<Buf>>,
     /// The tensor whose fragment-ordered copy (`qmma_quantize`, for the `qmma*f` kernels)
     /// `qscratch` holds in the current run; cleared with `quantized`.
     fragged: std::cell::Cell<Option<crate::graph::TensorId>>,
@@ -176,10 +170,6 @@ pub struct HipBackend {
     /// activations themselves (`dyn_conv_q8[f]`, [`fused::q8_out`]): 10 quantize launches of
     /// ~3 µs less a 5-layer drafter step. `DELTASPEC_HIP_CONV_Q8=0` turns it off.
     conv_q8: bool,
-    /// The 1-row gate/up pair writes the int8 activations of the down projection it feeds
-    /// (`qgemv_glu_q8_*`, [`fused::q8_out`]), so that matmul's `quantize_q8` launch goes.
-    /// `DELTASPEC_HIP_GLU_Q8=0` turns it off.
-    glu_q8: bool,
     /// A dp4a group's first output read only as two `SliceLast` halves is written as those
     /// halves ([`fused`]); `DELTASPEC_HIP_SPLIT_OUT=0` turns it off.
     split_out: bool,
@@ -354,8 +344,6 @@ impl HipBackend {
             scratch: RefCell::new(None),
             qscratch: RefCell::new(None),
             quantized: std::cell::Cell::new(None),
-            quantized_at: std::cell::Cell::new(0),
-            qcount: RefCell::new(None),
             fragged: std::cell::Cell::new(None),
             poison: false,
             int8_matmul: !matches!(
@@ -369,7 +357,6 @@ impl HipBackend {
                 _ => NormQ8::Gated,
             },
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
-            glu_q8: std::env::var("DELTASPEC_HIP_GLU_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
@@ -791,12 +778,6 @@ impl HipBackend {
         self.conv_q8 = on;
     }
 
-    /// Whether a 1-row gate/up pair feeding an int8 matmul writes that matmul's int8
-    /// activations ([`fused::q8_out`]), for graphs compiled afterwards; the same bits.
-    pub fn set_glu_q8(&mut self, on: bool) {
-        self.glu_q8 = on;
-    }
-
     /// Whether a dp4a group writes its first output as the two `SliceLast` halves that are its
     /// only readers ([`fused`]), for graphs compiled afterwards; the same bits.
     pub fn set_split_out(&mut self, on: bool) {
@@ -927,32 +908,6 @@ impl HipBackend {
             self.fragged.set(None);
         }
         let b = self.alloc(bytes)?;
-        *s = Some(b);
-        Ok(b.ptr)
-    }
-
-    /// Records that `qscratch` holds `root`'s int8 rows, at byte offset `at`.
-    pub(crate) fn set_quantized(&self, root: TensorId, at: usize) {
-        self.quantized.set(Some(root));
-        self.quantized_at.set(at);
-    }
-
-    /// At least `n` zeroed `u32` counters (see `qcount`).
-    pub(crate) fn qcounters(&self, n: usize) -> Result<DevPtr, BackendError> {
-        let mut s = self.qcount.borrow_mut();
-        if let Some(b) = *s {
-            if b.bytes >= n * 4 {
-                return Ok(b.ptr);
-            }
-            self.before_regrow()?;
-            self.drv.sync().map_err(|e| self.dev_err(e))?;
-            self.free(b);
-            *s = None;
-        }
-        let b = self.alloc(n * 4)?;
-        self.drv
-            .memset(b.ptr, 0, n * 4)
-            .map_err(|e| self.dev_err(e))?;
         *s = Some(b);
         Ok(b.ptr)
     }
@@ -1337,7 +1292,7 @@ impl Backend for HipBackend {
         graph.validate()?;
         lower::check_supported(self, graph)?;
         let fusion = fused::plan(self, graph);
-        let q8_out = fused::q8_out(self, graph, &fusion);
+        let q8_out = fused::q8_out(self, graph);
         let plan = Plan::with_uses(graph, &fused::extra_uses(graph, &fusion));
         let mut slot_offset = Vec::with_capacity(plan.slot_bytes.len());
         let mut total = 0usize;
@@ -1616,7 +1571,6 @@ impl Drop for HipBackend {
         }
         bufs.extend(self.scratch.borrow().iter().copied());
         bufs.extend(self.qscratch.borrow().iter().copied());
-        bufs.extend(self.qcount.borrow().iter().copied());
         for b in bufs {
             self.free(b);
         }

@@ -62,8 +62,7 @@ Entry entry(const char* name, void (*f)(A...)) {
 #define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16) \
     K(qgemv_##ty##_8x4) K(qgemv_##ty##_16x2) K(qgemv_##ty##_16x4) Q1(ty, 1, 1) Q1(ty, 1, 2) Q1(ty, 1, 4) \
     Q1(ty, 2, 1) Q1(ty, 2, 2) Q1(ty, 2, 4) Q1(ty, 4, 1) Q1(ty, 4, 2) K(qgemv_glu_##ty##_1u1)             \
-    K(qgemv_glu_##ty##_1u2) K(qgemv_glu_##ty##_1u4) K(qgemv4_##ty##_8x4) K(qgemv_glu_##ty##_8x4)    \
-    K(qgemv_glu_q8_##ty##_1) K(qgemv_glu_q8_##ty##_1u1) K(qgemv_glu_q8_##ty##_1u2) K(qgemv_glu_q8_##ty##_1u4)
+    K(qgemv_glu_##ty##_1u2) K(qgemv_glu_##ty##_1u4) K(qgemv4_##ty##_8x4) K(qgemv_glu_##ty##_8x4)
 #define QMMA_NT(ty, NT) K(qmma_##ty##_##NT) K(qmma4_##ty##_##NT) K(qmma_glu_##ty##_##NT) \
     K(qmma_##ty##_##NT##u1) K(qmma4_##ty##_##NT##u1) K(qmma_glu_##ty##_##NT##u1)          \
     K(qmma_##ty##_##NT##f) K(qmma4_##ty##_##NT##f) K(qmma_glu_##ty##_##NT##f)                \
