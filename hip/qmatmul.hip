@@ -312,7 +312,9 @@ struct QConv {
 // Segment 0's output written as the two halves of a view with rows of 2·half values (the
 // attention projection's per-head query and gate, which two SliceLast nodes would copy out):
 // row j of input row n goes to a (j % 2·half < half) or b, at n · M/2 + (j / 2·half) · half +
-// j % half. half = 0: plain rows.
+// j % half. half = 0: plain rows. Tiles up to QSPLIT_MAX_NT rows only (mirrored by
+// kernels::QSPLIT_MAX_TILE): in the 8-row tile the epilogue made gfx1100 spill.
+constexpr u32 QSPLIT_MAX_NT = 4;
 struct QSplit {
     float* a;
     float* b;
@@ -433,7 +435,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 const float v = warp_sum(acc[r][t]);
                 const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? r + RO : r][t]) : v;
                 if (lane == 0 && m0 + r < M && n0 + t < N) {
-                    if (!GLU && sp.half != 0) {
+                    if (!GLU && NT <= QSPLIT_MAX_NT && sp.half != 0) {
                         const u32 j = m0 + r, w = 2 * sp.half, c = j % w;
                         float* h = c < sp.half ? sp.a : sp.b;
                         h[(u64)(n0 + t) * (M / 2) + (j / w) * sp.half + c % sp.half] = o;

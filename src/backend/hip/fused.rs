@@ -109,9 +109,12 @@ pub(super) fn plan(be: &HipBackend, g: &Graph) -> Fusion {
         }
         // The query/gate halves written by the dp4a kernels' epilogue (not the matrix-core
         // tiles'), so the two slice copies go.
-        let split = grp
-            .split
-            .filter(|_| be.split_out && conv.is_none() && be.qmma_tile(n, suffix).is_none());
+        let split = grp.split.filter(|_| {
+            be.split_out
+                && conv.is_none()
+                && be.qmma_tile(n, suffix).is_none()
+                && nt <= kernels::QSPLIT_MAX_TILE
+        });
         if let Some((a, b)) = split {
             f.folded[a] = true;
             f.folded[b] = true;

@@ -272,6 +272,9 @@ pub const Q1_VARIANTS: &[(u32, u32)] = &[
     (4, 1),
     (4, 2),
 ];
+/// Widest dp4a tile whose `qgemv4_*` epilogue writes a group's first output as query/gate
+/// halves (`QSPLIT_MAX_NT` in `hip/qmatmul.hip`; see [`super::fused`]).
+pub const QSPLIT_MAX_TILE: u32 = 4;
 /// Items in flight of the 1-row gate/up variants `qgemv_glu_<type>_1u<U>`.
 pub const Q1_GLU_UNROLLS: &[u32] = &[1, 2, 4];
 /// Parses a 1-row variant `r<R>u<U>` (`DELTASPEC_HIP_Q1`) or `u<U>` (`DELTASPEC_HIP_Q1_GLU`,
