@@ -15,6 +15,7 @@
 //    the host fixes only nsplit (a launch shape), so a captured graph replays correctly for
 //    every position of a later run.
 #include "common.h"
+#include "q8act.h"
 
 constexpr u32 ATTN_WARPS = 4;
 constexpr u32 ATTN_THREADS = ATTN_WARPS * WARP;
@@ -437,8 +438,14 @@ constexpr u32 COMBINE_MAX_SPLITS = 64;  // ATTN_MAX_SPLITS in src/backend/hip/at
 // exp(m_s − M) is computed once, by thread s, into shared memory, not once per output value
 // (the drafter's 32-split merge took 16 µs on the H100 recomputing them behind serial loads); the
 // float operations and their order are the same, so the bits are too.
-KERNEL(COMBINE_THREADS) attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                                     float* __restrict__ out, u32 nh, u32 hd, u32 nsplit) {
+// Q8G: the output also goes out as the int8 activations of the o_proj matmul behind the folded
+// output gate, x · sigmoid(g) per 32 values (quantize_q8_gate's operations on the same values,
+// so the same bits). The host asks for it only where hd is a multiple of 32: every pass of the
+// d loop then gives each warp one whole 32-value block of its head.
+template <bool Q8G>
+DEV void attn_combine_impl(const float* __restrict__ part_o, const float* __restrict__ part_ml, float* __restrict__ out,
+                           u32 nh, u32 hd, u32 nsplit, const float* __restrict__ G, i8* __restrict__ XQ,
+                           float* __restrict__ XD, float* __restrict__ XS) {
     __shared__ float sf[COMBINE_MAX_SPLITS];
     grid_begin();
     const u64 head = (u64)bid_y() * nh + bid_x();
@@ -460,6 +467,20 @@ KERNEL(COMBINE_THREADS) attn_combine(const float* __restrict__ part_o, const flo
         for (u32 s = 0; s < nsplit; ++s) {
             if (ml[2 * s + 1] > 0.0f) o += part_o[(head * nsplit + s) * hd + d] * f(s);
         }
-        out[head * hd + d] = o / L;
+        const float v = o / L;
+        out[head * hd + d] = v;
+        if constexpr (Q8G) q8_store_block(v * ds_sigmoid(G[head * hd + d]), (head * hd + d) / 32, XQ, XD, XS);
     }
+}
+
+KERNEL(COMBINE_THREADS) attn_combine(const float* __restrict__ part_o, const float* __restrict__ part_ml,
+                                     float* __restrict__ out, u32 nh, u32 hd, u32 nsplit) {
+    attn_combine_impl<false>(part_o, part_ml, out, nh, hd, nsplit, nullptr, nullptr, nullptr, nullptr);
+}
+
+KERNEL(COMBINE_THREADS)
+attn_combine_q8g(const float* __restrict__ part_o, const float* __restrict__ part_ml, float* __restrict__ out, u32 nh,
+                 u32 hd, u32 nsplit, const float* __restrict__ G, i8* __restrict__ XQ, float* __restrict__ XD,
+                 float* __restrict__ XS) {
+    attn_combine_impl<true>(part_o, part_ml, out, nh, hd, nsplit, G, XQ, XD, XS);
 }

@@ -315,25 +315,31 @@ fn tiny_model_decode_with_fusion_equals_without_and_launches_less() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The attention q/k/v group writes the query and gate halves of its first output itself
-/// (`QSplit`) instead of two `slice_last` copies: on against off with everything else fused, over
-/// decode steps and a 3-row verify-width step (the 4-row dp4a tile): logits equal bit for bit,
-/// two launches less per attention layer. For a type whose 1-row kernels are the portable ones
-/// (Q8_0) and one with `1r<R>u<U>` variants on NVIDIA (IQ4_XS).
+/// Two attention epilogues that save launches, each on against off with everything else
+/// fused, over decode steps and a 3-row verify-width step (the 4-row dp4a tile), at a context
+/// capacity of 1024 rows (four attention splits, so the combine runs): logits equal bit for
+/// bit, and the launches saved per attention layer.
+/// - The q/k/v group writes the query and gate halves of its first output itself (`QSplit`):
+///   two `slice_last` launches less.
+/// - The combine writes the gated o_proj's int8 rows (`attn_combine_q8g`): one
+///   `quantize_q8_gate` launch less.
+///
+/// For a type whose 1-row kernels are the portable ones (Q8_0) and one with `1r<R>u<U>`
+/// variants on NVIDIA (IQ4_XS).
 #[test]
-fn query_gate_halves_are_written_by_the_projection_group() {
+fn attention_epilogues_save_launches_and_keep_the_bits() {
     use deltaspec::model::qwen35::{GraphOptions, LogitRows};
     use deltaspec::model::{LayerKind, Qwen35, Session, synth};
+    type Toggle = fn(&mut HipBackend, bool);
+    let toggles: [(&str, Toggle, u64); 2] = [
+        ("split_out", |b, on| b.set_split_out(on), 2),
+        ("combine_q8", |b, on| b.set_combine_q8(on), 1),
+    ];
     for (recipe, tag) in [
         (synth::Recipe::Q8_0, "q8_0"),
         (synth::Recipe::Iq4Xs, "iq4_xs"),
     ] {
-        let (Some(mut on), Some(mut off)) = (gpu("split_out", true), gpu("split_out", true)) else {
-            return;
-        };
-        on.set_split_out(true);
-        off.set_split_out(false);
-        let dir = std::env::temp_dir().join(format!("deltaspec-split-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("deltaspec-attn-epi-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("tiny-{tag}.gguf"));
         synth::write(&synth::preset("tiny").unwrap(), recipe, 11, &path).unwrap();
@@ -345,33 +351,40 @@ fn query_gate_halves_are_written_by_the_projection_group() {
             .filter(|k| **k == LayerKind::Attention)
             .count() as u64;
         assert!(attn > 0, "the tiny preset has an attention layer");
-        let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
-        let mut s_on = Session::new(&model, &mut on, 64).unwrap();
-        let mut s_off = Session::new(&model, &mut off, 64).unwrap();
-        let opts = |logits| GraphOptions {
-            logits,
-            argmax: true,
-            capture: vec![],
-            read_logits: true,
-        };
-        let mut tok = 5u32;
-        for step in 0..4 {
-            let (toks, o) = if step == 3 {
-                (vec![tok, 7, 2], opts(LogitRows::All))
-            } else {
-                (vec![tok], opts(LogitRows::Last))
+        for (name, set, per_layer) in toggles {
+            let (Some(mut on), Some(mut off)) = (gpu(name, true), gpu(name, true)) else {
+                return;
             };
-            let (a0, b0) = (c_on.get(), c_off.get());
-            let a = s_on.forward(&toks, &o).unwrap();
-            let b = s_off.forward(&toks, &o).unwrap();
-            let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
-            assert_eq!(a.logits, b.logits, "{tag} step {step}: logits");
-            assert_eq!(
-                l_off - l_on,
-                2 * attn,
-                "{tag} step {step}: {l_on} vs {l_off} launches"
-            );
-            tok = a.argmax[a.argmax.len() - 1];
+            set(&mut on, true);
+            set(&mut off, false);
+            let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
+            let mut s_on = Session::new(&model, &mut on, 1024).unwrap();
+            let mut s_off = Session::new(&model, &mut off, 1024).unwrap();
+            let opts = |logits| GraphOptions {
+                logits,
+                argmax: true,
+                capture: vec![],
+                read_logits: true,
+            };
+            let mut tok = 5u32;
+            for step in 0..4 {
+                let (toks, o) = if step == 3 {
+                    (vec![tok, 7, 2], opts(LogitRows::All))
+                } else {
+                    (vec![tok], opts(LogitRows::Last))
+                };
+                let (a0, b0) = (c_on.get(), c_off.get());
+                let a = s_on.forward(&toks, &o).unwrap();
+                let b = s_off.forward(&toks, &o).unwrap();
+                let (l_on, l_off) = (c_on.get() - a0, c_off.get() - b0);
+                assert_eq!(a.logits, b.logits, "{tag} {name} step {step}: logits");
+                assert_eq!(
+                    l_off - l_on,
+                    per_layer * attn,
+                    "{tag} {name} step {step}: {l_on} vs {l_off} launches"
+                );
+                tok = a.argmax[a.argmax.len() - 1];
+            }
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

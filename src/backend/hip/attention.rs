@@ -269,23 +269,51 @@ pub(super) fn lower(
         }
     }
     if nsplit > 1 {
-        launch(
-            be,
-            "attention",
-            "attn_combine",
-            [grid_dim(nh)?, grid_dim(t)?, 1],
-            128,
-            &[
-                Arg::P(part_o),
-                Arg::P(part_ml),
-                Arg::P(out),
-                u(nh)?,
-                u(hd)?,
-                u(nsplit)?,
-            ],
-        )?;
+        let mut args = vec![
+            Arg::P(part_o),
+            Arg::P(part_ml),
+            Arg::P(out),
+            u(nh)?,
+            u(hd)?,
+            u(nsplit)?,
+        ];
+        let Some((gate, root)) = gated_reader(be, env, node).filter(|_| hd.is_multiple_of(32))
+        else {
+            let grid = [grid_dim(nh)?, grid_dim(t)?, 1];
+            return launch(be, "attention", "attn_combine", grid, 128, &args);
+        };
+        let [xq, xd, xs] = super::lower::q8_parts(be, t * nh * hd)?;
+        args.extend([Arg::P(gate), Arg::P(xq), Arg::P(xd), Arg::P(xs)]);
+        let grid = [grid_dim(nh)?, grid_dim(t)?, 1];
+        launch(be, "attention", "attn_combine_q8g", grid, 128, &args)?;
+        // The o_proj finds its input quantized (`lower::quantize_input`).
+        be.quantized.set(Some(root));
     }
     Ok(())
+}
+
+/// Where `node`'s output is `x` of a `SigmoidMul` folded into an int8 matmul (the o_proj behind
+/// the attention output gate, [`super::fused`]): the gate's pointer and the storage root the
+/// matmul quantizes (its input).
+fn gated_reader(be: &HipBackend, env: &Env, node: &Node) -> Option<(DevPtr, TensorId)> {
+    if !be.combine_q8 {
+        return None;
+    }
+    let g = env.graph;
+    let (j, s) = env
+        .ex
+        .fusion
+        .gate_of
+        .iter()
+        .enumerate()
+        .find_map(|(j, s)| {
+            s.filter(|&s| g.nodes[s].inputs[0] == node.outputs[0])
+                .map(|s| (j, s))
+        })?;
+    Some((
+        env.ptr(g.nodes[s].inputs[1]),
+        g.storage_root(g.nodes[j].inputs[0]),
+    ))
 }
 
 /// A grid dimension of `node`'s launches, or an error naming it.

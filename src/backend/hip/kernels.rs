@@ -463,6 +463,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         v.push(("attention", format!("attn_nc_hd{h}")));
     }
     v.push(("attention", "attn_combine".into()));
+    v.push(("attention", "attn_combine_q8g".into()));
     for n in ["argmax_f32", "top_k_f32", "logsumexp_f32"] {
         v.push(("select", n.into()));
     }

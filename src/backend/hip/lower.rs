@@ -1062,7 +1062,7 @@ pub(super) fn quantize_input(
 /// The `(XQ, XD, XS)` parts of the quantized-activation buffer for `elems` values (a multiple
 /// of 32); the layout depends only on `elems`, so a norm that quantizes its output and the
 /// matmul that reads it agree on it.
-fn q8_parts(be: &HipBackend, elems: usize) -> Result<[DevPtr; 3], BackendError> {
+pub(super) fn q8_parts(be: &HipBackend, elems: usize) -> Result<[DevPtr; 3], BackendError> {
     let (q_bytes, d_bytes) = q8_sizes(elems);
     let base = be.qscratch(q_bytes + 2 * d_bytes)?;
     Ok(q8_split(base, elems))

@@ -173,6 +173,10 @@ pub struct HipBackend {
     /// A dp4a group's first output read only as two `SliceLast` halves is written as those
     /// halves ([`fused`]); `DELTASPEC_HIP_SPLIT_OUT=0` turns it off.
     split_out: bool,
+    /// A multi-split attention whose output meets the o_proj's folded gate writes that
+    /// matmul's int8 rows in its combine (`attn_combine_q8g`), so its `quantize_q8_gate`
+    /// launch goes. `DELTASPEC_HIP_COMBINE_Q8=0` turns it off.
+    combine_q8: bool,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
     /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
@@ -358,6 +362,7 @@ impl HipBackend {
             },
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
+            combine_q8: std::env::var("DELTASPEC_HIP_COMBINE_Q8").map_or(true, |v| v != "0"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
                 Ok("keys") => QkPrepMode::KeysOnly,
@@ -782,6 +787,12 @@ impl HipBackend {
     /// only readers ([`fused`]), for graphs compiled afterwards; the same bits.
     pub fn set_split_out(&mut self, on: bool) {
         self.split_out = on;
+    }
+
+    /// Whether a multi-split attention's combine writes the int8 rows of the gated o_proj it
+    /// feeds (`attn_combine_q8g`), for runs afterwards; the same bits.
+    pub fn set_combine_q8(&mut self, on: bool) {
+        self.combine_q8 = on;
     }
 
     /// Whether a 1-row projection group runs the conv step that reads its first output (see
