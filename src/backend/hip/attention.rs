@@ -277,17 +277,27 @@ pub(super) fn lower(
             u(hd)?,
             u(nsplit)?,
         ];
-        let Some((gate, root)) = gated_reader(be, env, node).filter(|_| hd.is_multiple_of(32))
-        else {
-            let grid = [grid_dim(nh)?, grid_dim(t)?, 1];
-            return launch(be, "attention", "attn_combine", grid, 128, &args);
+        let gated = gated_reader(be, env, node).filter(|_| hd.is_multiple_of(32));
+        if let Some((gate, _)) = gated {
+            let [xq, xd, xs] = super::lower::q8_parts(be, t * nh * hd)?;
+            args.extend([Arg::P(gate), Arg::P(xq), Arg::P(xd), Arg::P(xs)]);
+        }
+        let name = match gated {
+            Some(_) => "attn_combine_q8g",
+            None => "attn_combine",
         };
-        let [xq, xd, xs] = super::lower::q8_parts(be, t * nh * hd)?;
-        args.extend([Arg::P(gate), Arg::P(xq), Arg::P(xd), Arg::P(xs)]);
-        let grid = [grid_dim(nh)?, grid_dim(t)?, 1];
-        launch(be, "attention", "attn_combine_q8g", grid, 128, &args)?;
-        // The o_proj finds its input quantized (`lower::quantize_input`).
-        be.quantized.set(Some(root));
+        launch(
+            be,
+            "attention",
+            name,
+            [grid_dim(nh)?, grid_dim(t)?, 1],
+            128,
+            &args,
+        )?;
+        if let Some((_, root)) = gated {
+            // The o_proj finds its input quantized (`lower::quantize_input`).
+            be.quantized.set(Some(root));
+        }
     }
     Ok(())
 }

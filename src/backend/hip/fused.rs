@@ -23,7 +23,8 @@
 //! Every fused kernel does the unfused kernels' float operations on the same values, so fused
 //! and unfused runs agree bit for bit. On the dp4a kernels a group's first output read only as
 //! two `SliceLast` halves (the attention query and gate) is written as those halves (`QSplit`),
-//! so the two slice copies go (`DELTASPEC_HIP_SPLIT_OUT=0`: not). `DELTASPEC_HIP_FUSION=0` (or [`HipBackend::set_fusion`]) turns fusion off.
+//! so the two slice copies go (`DELTASPEC_HIP_SPLIT_OUT=0`: not). `DELTASPEC_HIP_FUSION=0` (or
+//! [`HipBackend::set_fusion`]) turns fusion off.
 //!
 //! The fused kernels have no wide (several weight rows per warp) variants, so where the unfused
 //! GEMV of a tile runs a wide one, fusing trades it for the portable kernel. At 16 input rows
