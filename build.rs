@@ -67,6 +67,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DELTASPEC_CLANG");
     println!("cargo:rerun-if-env-changed=DELTASPEC_PTXAS");
     println!("cargo:rerun-if-env-changed=DELTASPEC_AMD_TARGETS");
+    println!("cargo:rerun-if-env-changed=DELTASPEC_HIP_DEFINES");
     let amd = amd_targets();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let hip_dir =
@@ -318,10 +319,21 @@ fn compile(clang: &str, job: &Job) -> Result<(), String> {
     // bit (seen on the H200 for Q4_K) and greedy speculation would stop being exactly lossless.
     // The CPU reference (Rust) never contracts either.
     cmd.args(["-O3", "-std=c++17", "-Wall", "-Werror", "-ffp-contract=off"])
+        .args(experiment_defines())
         .arg("-o")
         .arg(&job.out)
         .arg(&job.path);
     run_tool(cmd, job, clang, "")
+}
+
+/// `$DELTASPEC_HIP_DEFINES`: extra `-D` flags for every kernel (device experiments built into a
+/// separate binary, e.g. `DELTASPEC_HIP_DEFINES=DS_EXP_X`); empty for every shipped build.
+fn experiment_defines() -> Vec<String> {
+    env::var("DELTASPEC_HIP_DEFINES")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|d| format!("-D{d}"))
+        .collect()
 }
 
 fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {

@@ -36,7 +36,10 @@ struct FIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}, 8-byte a
     DEV void scales(const u8* blk, u32 ib, float& s0, float& s1, float& m) {
         // The 8-byte header as one load (the block is 8-byte aligned): in hip/qmma.hip each
         // lane reads its row's header, so every load instruction touches 16 rows' lines.
-        const u32x2 h = *(const u32x2*)blk;
+        scales_of(*(const u32x2*)blk, ib, s0, s1, m);
+    }
+    // The same from the header's value (loaded ahead by the pipelined 1-row GEMV).
+    DEV void scales_of(u32x2 h, u32 ib, float& s0, float& s1, float& m) {
         const float d = f16_to_f32((u16)(h.x & 0xffffu));
         const u32 scales_h = h.x >> 16;
         const u32 scales_l = h.y;

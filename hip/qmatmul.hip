@@ -100,6 +100,9 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     DEV void deq(const u8* blk, u32 ib, QItem& it) {
         u32 q[4];
         head(blk, ib, it, q);
+        words(q, it);
+    }
+    DEV void words(const u32 (&q)[4], QItem& it) {
 #pragma unroll
         for (u32 i = 0; i < 4; ++i) iq4_words(q[i], it.w[i], it.w[i + 4]);
     }
@@ -109,6 +112,9 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     DEV void deq_split(const u8* blk, u32 ib, QItem& it) {
         u32 q[4];
         head(blk, ib, it, q);
+        words_split(q, it);
+    }
+    DEV void words_split(const u32 (&q)[4], QItem& it) {
 #pragma unroll
         for (u32 i = 0; i < 4; ++i) {
             u32 l[2], h[2];
@@ -119,6 +125,39 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
 #else
     static constexpr bool SPLIT = false;
 #endif
+    // The pipelined 1-row GEMV's split of deq: the item's loads (header and quant words, 6
+    // registers) issued a stage ahead, decoded when the stage is used. Same values as deq.
+    static constexpr bool RAW = true;
+    struct Raw {
+        u32x2 h, a, b;
+    };
+    DEV void raw(const u8* blk, u32 ib, Raw& r) {
+        r.h = *(const u32x2*)blk;
+        r.a = *(const u32x2*)(blk + 8 + 16 * ib);
+        r.b = *(const u32x2*)(blk + 16 + 16 * ib);
+    }
+    template <bool SPLIT_>
+    DEV void deq_raw(const Raw& r, u32 ib, QItem& it) {
+        FIQ4_XS::scales_of(r.h, ib, it.s0, it.s1, it.m);
+        const u32 q[4] = {r.a.x, r.a.y, r.b.x, r.b.y};
+#if defined(__NVPTX__)
+        if constexpr (SPLIT_) {
+            words_split(q, it);
+            return;
+        }
+#endif
+        words(q, it);
+    }
+};
+
+// Whether a type has the raw/deq_raw split the pipelined 1-row kernels need (IIQ4_XS only).
+template <class Q, class = void>
+struct QHasRaw {
+    static constexpr bool v = false;
+};
+template <class Q>
+struct QHasRaw<Q, decltype((void)Q::RAW)> {
+    static constexpr bool v = Q::RAW;
 };
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
@@ -238,31 +277,49 @@ DEV void qgemv_dots(const u32 (&v)[8], const u32x4& a, const u32x4& b, i32& s0, 
     s1 = dot4_i8(v[7], b.w, s1);
 }
 
-// SPLIT: the items carry e[] too (QItem), summed with w[] into the same integers.
+// One activation row's item: its 32 int8 values, scale and scaled sum (XS unread for NOMIN).
+struct QX {
+    u32x4 a, b;
+    float xd, xs;
+};
+template <bool NOMIN>
+DEV QX qgemv_x(const i8* __restrict__ XQ, const float* __restrict__ XD, const float* __restrict__ XS, u64 xb) {
+    QX x;
+    x.a = *(const u32x4*)(XQ + xb * 32);
+    x.b = *(const u32x4*)(XQ + xb * 32 + 16);
+    x.xd = XD[xb];
+    x.xs = NOMIN ? 0.0f : XS[xb];
+    return x;
+}
+
+// SPLIT: the items carry e[] too (QItem), summed with w[] into the same integers. Activation
+// row t's item x against the R weight rows, onto acc[.][t].
+template <u32 NT, u32 R, bool NOMIN, bool SAME, bool SPLIT = false>
+DEV void qgemv_item_row(const QItem (&it)[R], const QX& x, u32 t, float (&acc)[R][NT]) {
+#pragma unroll
+    for (u32 r = 0; r < R; ++r) {
+        // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
+        // chains of 4 dot products (8 with SPLIT: e[] continues the chains, no adds).
+        i32 s0 = Q8C_BIAS_BITS, s1 = SAME ? 0 : Q8C_BIAS_BITS;
+        qgemv_dots(it[r].w, x.a, x.b, s0, s1);
+        if constexpr (SPLIT) qgemv_dots(it[r].e, x.a, x.b, s0, s1);
+        if constexpr (SAME) {
+            acc[r][t] = q8c_same<NOMIN>(acc[r][t], x.xd, it[r].s0, q8c_float(s0 + s1), it[r].m, x.xs);
+        } else {
+            acc[r][t] = q8c_split<NOMIN>(acc[r][t], x.xd, it[r].s0, q8c_float(s0), it[r].s1, q8c_float(s1), it[r].m,
+                                         x.xs);
+        }
+    }
+}
+
+// Every activation row's item is loaded where it is used (an NT-row tile holding all of them
+// at once would not fit its registers).
 template <u32 NT, u32 R, bool NOMIN, bool SAME, bool SPLIT = false>
 DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float* __restrict__ XD,
                     const float* __restrict__ XS, const u32 (&xrow)[NT], u32 nb, u32 s, float (&acc)[R][NT]) {
 #pragma unroll
-    for (u32 t = 0; t < NT; ++t) {
-        const u64 xb = (u64)xrow[t] * nb + s;
-        const u32x4 a = *(const u32x4*)(XQ + xb * 32);
-        const u32x4 b = *(const u32x4*)(XQ + xb * 32 + 16);
-        const float xd = XD[xb], xs = NOMIN ? 0.0f : XS[xb];
-#pragma unroll
-        for (u32 r = 0; r < R; ++r) {
-            // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
-            // chains of 4 dot products (8 with SPLIT: e[] continues the chains, no adds).
-            i32 s0 = Q8C_BIAS_BITS, s1 = SAME ? 0 : Q8C_BIAS_BITS;
-            qgemv_dots(it[r].w, a, b, s0, s1);
-            if constexpr (SPLIT) qgemv_dots(it[r].e, a, b, s0, s1);
-            if constexpr (SAME) {
-                acc[r][t] = q8c_same<NOMIN>(acc[r][t], xd, it[r].s0, q8c_float(s0 + s1), it[r].m, xs);
-            } else {
-                acc[r][t] = q8c_split<NOMIN>(acc[r][t], xd, it[r].s0, q8c_float(s0), it[r].s1, q8c_float(s1),
-                                             it[r].m, xs);
-            }
-        }
-    }
+    for (u32 t = 0; t < NT; ++t)
+        qgemv_item_row<NT, R, NOMIN, SAME, SPLIT>(it, qgemv_x<NOMIN>(XQ, XD, XS, (u64)xrow[t] * nb + s), t, acc);
 }
 
 // L2 prefetch of the weights Q::PF rounds ahead. A round is the 32 items the warp's lanes take
@@ -341,7 +398,7 @@ struct QConvFold<IQ5_K> {
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
 // the result equals matmul → matmul → swiglu bit for bit).
-template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0>
+template <class Q, u32 NT, u32 R, bool GLU, u32 UF = 0, bool PIPE = false>
 DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 N, u32 K,
                u32 M, u64 row_bytes, u32 wi, QConv cv = QConv{nullptr, nullptr, nullptr, 0}, bool conv = false,
@@ -358,6 +415,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         const u32 j = m0 + r % RO;
         wrow[r] = (GLU && r >= RO ? WU : W) + (u64)(j < M ? j : M - 1) * row_bytes;
     }
+    constexpr u32 rs = qgemv_round_bytes<Q>();  // bytes a row advances per round of 32 items
     // Weights are never written by a kernel, so they may be hinted before the wait.
     if (m0 < M) {
 #pragma unroll
@@ -393,16 +451,59 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         // The split decode only where no other activation row shares an item's decode.
         constexpr bool SPLIT = Q::SPLIT && NT == 1;
         // Item s of a row sits in block s / IPB at index s % IPB; with s = lane + 32·j the
-        // index is the lane's for every j (IPB divides 32) and the block advances by RB bytes a
+        // index is the lane's for every j (IPB divides 32) and the block advances by rs bytes a
         // round, so each row is a running pointer: no 64-bit address product per item, and the
         // index's shifts and offsets are loop-invariant.
-        constexpr u32 RB = qgemv_round_bytes<Q>();
         const u32 ib = lane % IPB;
         const u8* p[R];
 #pragma unroll
         for (u32 r = 0; r < R; ++r) p[r] = wrow[r] + (u64)(lane / IPB) * Q::QB;
         u32 s = lane;
-        for (; s + (U - 1) * WARP < nb; s += U * WARP) {
+        if constexpr (PIPE) {
+            static_assert(NT == 1 && QHasRaw<Q>::v, "the pipelined GEMV is a 1-row kernel of a type with raw()");
+            // Stages of U rounds: the next stage's weight words (raw, undecoded) and activations
+            // are loaded before the current stage is decoded and used, so the warp keeps a stage
+            // of loads in flight while it computes (the loop below waits for its loads, then
+            // computes with none outstanding). Items still accumulate in increasing s: same bits.
+            using Raw = typename Q::Raw;
+            Raw wa[U][R], wb[U][R];
+            const u64 xbase = (u64)xrow[0] * nb;
+            u32 sl = lane;  // the first item of the next stage to load
+            auto load = [&](Raw(&w)[U][R]) {
+#pragma unroll
+                for (u32 u = 0; u < U; ++u) {
+                    if (sl + u * WARP < nb) {
+#pragma unroll
+                        for (u32 r = 0; r < R; ++r) Q::raw(p[r] + u * rs, ib, w[u][r]);
+                    }
+                }
+#pragma unroll
+                for (u32 r = 0; r < R; ++r) p[r] += U * rs;
+                sl += U * WARP;
+            };
+            auto use = [&](const Raw(&w)[U][R]) {
+#pragma unroll
+                for (u32 u = 0; u < U; ++u) {
+                    if (s + u * WARP < nb) {
+                        QItem it[R];
+#pragma unroll
+                        for (u32 r = 0; r < R; ++r) Q::template deq_raw<SPLIT>(w[u][r], ib, it[r]);
+                        qgemv_item_row<1, R, Q::NOMIN, Q::SAME, SPLIT>(
+                            it, qgemv_x<Q::NOMIN>(XQ, XD, XS, xbase + s + u * WARP), 0, acc);
+                    }
+                }
+                s += U * WARP;
+            };
+            load(wa);
+            while (s < nb) {
+                load(wb);
+                use(wa);
+                if (s >= nb) break;
+                load(wa);
+                use(wb);
+            }
+        }
+        for (; !PIPE && s + (U - 1) * WARP < nb; s += U * WARP) {
             if constexpr (Q::PF > 0) {
 #pragma unroll
                 for (u32 u = 0; u < U; ++u) qgemv_prefetch<Q, R>(wrow, s / WARP + Q::PF + u, nb, lane);
@@ -411,21 +512,21 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 #pragma unroll
             for (u32 u = 0; u < U; ++u)
 #pragma unroll
-                for (u32 r = 0; r < R; ++r) qgemv_deq<Q, SPLIT>(p[r] + u * RB, ib, it[u][r]);
+                for (u32 r = 0; r < R; ++r) qgemv_deq<Q, SPLIT>(p[r] + u * rs, ib, it[u][r]);
 #pragma unroll
             for (u32 u = 0; u < U; ++u)
                 qgemv_item<NT, R, Q::NOMIN, Q::SAME, SPLIT>(it[u], XQ, XD, XS, xrow, nb, s + u * WARP, acc);
 #pragma unroll
-            for (u32 r = 0; r < R; ++r) p[r] += U * RB;
+            for (u32 r = 0; r < R; ++r) p[r] += U * rs;
         }
-        for (; s < nb; s += WARP) {
+        for (; !PIPE && s < nb; s += WARP) {
             if constexpr (Q::PF > 0) qgemv_prefetch<Q, R>(wrow, s / WARP + Q::PF, nb, lane);
             QItem it[R];
 #pragma unroll
             for (u32 r = 0; r < R; ++r) qgemv_deq<Q, SPLIT>(p[r], ib, it[r]);
             qgemv_item<NT, R, Q::NOMIN, Q::SAME, SPLIT>(it, XQ, XD, XS, xrow, nb, s, acc);
 #pragma unroll
-            for (u32 r = 0; r < R; ++r) p[r] += RB;
+            for (u32 r = 0; r < R; ++r) p[r] += rs;
         }
         float out[RO];  // row m0 + r's output of input row n0 (the conv's input where folded)
 #pragma unroll
@@ -475,7 +576,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 // Unused segments have M = 0. The signature is fixed so a captured launch stays valid.
 // CW/CS/CY: a conv folded into segment 0 (QConv; null CW: none). SA/SB/SH: segment 0 written as
 // halves (QSplit; SH = 0: not).
-template <class Q, u32 NT, u32 R = qgemv_rows(NT), u32 UF = 0>
+template <class Q, u32 NT, u32 R = qgemv_rows(NT), u32 UF = 0, bool PIPE = false>
 DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                    u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                    u32 K, u64 row_bytes, const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {
@@ -496,7 +597,7 @@ DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32
             if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
         }
     }
-    qgemv<Q, NT, R, false, UF>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
+    qgemv<Q, NT, R, false, UF, PIPE>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
                                QConv{CW, CS, CY, M0}, conv, QSplit{SA, SB, half});
 }
 
@@ -597,6 +698,39 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
     DS_QGEMV1_GLU_U(name, Q, 2)   \
     DS_QGEMV1_GLU_U(name, Q, 4)
 DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
+
+// The pipelined 1-row variants (qgemv's PIPE: a stage of U rounds loaded while the previous one
+// is used), for the types with raw(): qgemv_<type>_1r<R>p<U>, qgemv4_<type>_1r<R>p<U>,
+// qgemv_glu_<type>_1p<U>. Bit-identical to the others. Mirrored by kernels::Q1_PIPE_*.
+#define DS_QGEMV1_RP(name, Q, R, U)                                                                         \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv_##name##_1r##R##p##U(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
+                               u32 K, u32 M, u64 row_bytes) {                                               \
+        qgemv<Q, 1, R, false, U, true>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                       \
+                                       bid_x() * QG_WARPS + tid_x() / WARP);                                \
+    }                                                                                                       \
+    KERNEL(QG_THREADS)                                                                                      \
+    qgemv4_##name##_1r##R##p##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
+                                const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,           \
+                                const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
+                                const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {      \
+        qgemv_seg<Q, 1, R, U, true>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, \
+                                    CW, CS, CY, SA, SB, SH);                                                \
+    }
+#define DS_QGEMV1_GLU_P(name, Q, U)                                                                    \
+    KERNEL(QG_THREADS)                                                                                 \
+    qgemv_glu_##name##_1p##U(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
+                             float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                           \
+        qgemv<Q, 1, 2, true, U, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                       \
+                                      bid_x() * QG_WARPS + tid_x() / WARP);                            \
+    }
+#define DS_QGEMV1_PIPE_TYPE(name, Q) \
+    DS_QGEMV1_RP(name, Q, 1, 1)      \
+    DS_QGEMV1_RP(name, Q, 1, 2)      \
+    DS_QGEMV1_RP(name, Q, 2, 1)      \
+    DS_QGEMV1_GLU_P(name, Q, 1)      \
+    DS_QGEMV1_GLU_P(name, Q, 2)
+DS_QGEMV1_PIPE_TYPE(iq4_xs, IIQ4_XS)
 
 // Mirrored by kernels::QGEMV_WIDE.
 #define DS_QGEMV_WIDE_TYPE(name, Q) \

@@ -390,6 +390,34 @@ fn attention_epilogues_save_launches_and_keep_the_bits() {
     }
 }
 
+/// The pipelined 1-row IQ4_XS kernels (`qgemv*_1r<R>p<U>`, `qgemv_glu_*_1p<U>`: a stage of
+/// weight loads in flight while the previous one is used) equal the default kernels bit for bit
+/// on every fusion kind of [`graph`], for K whose item count is a multiple of a warp's 32
+/// rounds and for K that leaves a partial last round (768: 24 items per row).
+#[test]
+fn pipelined_one_row_variants_keep_the_bits() {
+    use deltaspec::backend::hip::kernels::{Q1, parse_q1};
+    let Some(mut base) = gpu("q1_pipe", true) else {
+        return;
+    };
+    let count = base.launch_counter();
+    for k in [768, 2048] {
+        let (w, g, inputs) = random_case(1, k, DType::Iq4Xs);
+        let (want, _) = run(&mut base, &|| count.get(), &g, &w, &inputs);
+        for (plain, glu) in [("r1p1", "p1"), ("r1p2", "p2"), ("r2p1", "p1")] {
+            let (plain, glu): (Option<Q1>, Option<Q1>) = (parse_q1(plain), parse_q1(glu));
+            assert!(plain.is_some_and(|v| v.pipe) && glu.is_some_and(|v| v.pipe));
+            let Some(mut be) = gpu("q1_pipe", true) else {
+                return;
+            };
+            be.set_q1(plain, glu);
+            let c = be.launch_counter();
+            let (got, _) = run(&mut be, &|| c.get(), &g, &w, &inputs);
+            assert_same_bits(&format!("k {k} {plain:?} {glu:?}"), &got, &want);
+        }
+    }
+}
+
 /// The DeltaNet pattern: a projection group whose first output only feeds a K = 4 conv step. At
 /// one input row the conv runs in the group's `qgemv4_*` epilogue (one `conv_step` launch less);
 /// the conv output, the other projection and the conv state equal the unfused run bit for bit

@@ -300,9 +300,9 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
             Some(t) => be.mma_launch("qmma_glu", suffix, t, n, g.rows_match_decode),
             None => one_row(
                 match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
-                    (Some((_, u)), _) => (
+                    (Some(v), _) => (
                         "qmatmul",
-                        format!("qgemv_glu_{suffix}_1u{u}"),
+                        format!("qgemv_glu_{suffix}_{}", v.glu_tag()),
                         warps, // one gate/up row pair per warp
                         kernels::QGEMV_THREADS,
                     ),
@@ -354,10 +354,10 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
                 be.q1_variant(n, false, total_rows, suffix),
                 fused_wide_rows(be, nt),
             ) {
-                (Some((r, u)), _) => (
+                (Some(v), _) => (
                     "qmatmul",
-                    format!("qgemv4_{suffix}_1r{r}u{u}"),
-                    u64::from(r) * warps,
+                    format!("qgemv4_{suffix}_{}", v.tag()),
+                    u64::from(v.r) * warps,
                     kernels::QGEMV_THREADS,
                 ),
                 (None, Some(r)) => (

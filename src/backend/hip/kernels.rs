@@ -277,17 +277,68 @@ pub const Q1_VARIANTS: &[(u32, u32)] = &[
 pub const QSPLIT_MAX_TILE: u32 = 4;
 /// Items in flight of the 1-row gate/up variants `qgemv_glu_<type>_1u<U>`.
 pub const Q1_GLU_UNROLLS: &[u32] = &[1, 2, 4];
-/// Parses a 1-row variant `r<R>u<U>` (`DELTASPEC_HIP_Q1`) or `u<U>` (`DELTASPEC_HIP_Q1_GLU`,
-/// `r` then taken as 2) into `(R, U)` if the kernels exist.
-pub fn parse_q1(v: &str) -> Option<(u32, u32)> {
-    let (r, u) = match v.strip_prefix('r') {
-        Some(rest) => {
-            let (r, u) = rest.split_once('u')?;
-            (r.parse().ok()?, u.parse().ok()?)
+/// The pipelined 1-row variants (a stage of U rounds loaded while the previous one is used):
+/// `qgemv_<type>_1r<R>p<U>`, `qgemv4_<type>_1r<R>p<U>` and `qgemv_glu_<type>_1p<U>`, for
+/// [`Q1_PIPE_TYPES`] only (`DS_QGEMV1_PIPE_TYPE` in `hip/qmatmul.hip`).
+pub const Q1_PIPE_VARIANTS: &[(u32, u32)] = &[(1, 1), (1, 2), (2, 1)];
+pub const Q1_GLU_PIPES: &[u32] = &[1, 2];
+pub const Q1_PIPE_TYPES: &[&str] = &["iq4_xs"];
+
+/// A 1-row int8 GEMV variant: `r` weight rows per warp (2 for a gate/up pair), `u` items in
+/// flight per lane, `pipe` for the pipelined form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Q1 {
+    pub r: u32,
+    pub u: u32,
+    pub pipe: bool,
+}
+
+impl Q1 {
+    pub const fn plain(r: u32, u: u32) -> Self {
+        Q1 { r, u, pipe: false }
+    }
+    /// The kernel name's suffix of a plain or grouped projection: `1r<R>u<U>` or `1r<R>p<U>`.
+    pub fn tag(&self) -> String {
+        format!(
+            "1r{}{}{}",
+            self.r,
+            if self.pipe { 'p' } else { 'u' },
+            self.u
+        )
+    }
+    /// The gate/up pair's suffix: `1u<U>` or `1p<U>`.
+    pub fn glu_tag(&self) -> String {
+        format!("1{}{}", if self.pipe { 'p' } else { 'u' }, self.u)
+    }
+    /// Whether the kernels exist for weight type `suffix` (pipelined ones for a few types).
+    pub fn exists_for(&self, suffix: &str) -> bool {
+        !self.pipe || Q1_PIPE_TYPES.contains(&suffix)
+    }
+}
+
+/// Parses a 1-row variant `r<R>u<U>` / `r<R>p<U>` (`DELTASPEC_HIP_Q1`) or `u<U>` / `p<U>`
+/// (`DELTASPEC_HIP_Q1_GLU`, `r` then taken as 2) if the kernels exist.
+pub fn parse_q1(v: &str) -> Option<Q1> {
+    let split = |t: &str| -> Option<(bool, u32)> {
+        if let Some(u) = t.strip_prefix('u') {
+            Some((false, u.parse().ok()?))
+        } else {
+            Some((true, t.strip_prefix('p')?.parse().ok()?))
         }
-        None => (2, v.strip_prefix('u')?.parse().ok()?),
     };
-    (Q1_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_UNROLLS.contains(&u))).then_some((r, u))
+    let (r, (pipe, u)) = match v.strip_prefix('r') {
+        Some(rest) => {
+            let at = rest.find(['u', 'p'])?;
+            (rest[..at].parse().ok()?, split(&rest[at..])?)
+        }
+        None => (2, split(v)?),
+    };
+    let known = if pipe {
+        Q1_PIPE_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_PIPES.contains(&u))
+    } else {
+        Q1_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_UNROLLS.contains(&u))
+    };
+    known.then_some(Q1 { r, u, pipe })
 }
 /// True for kernels only the PTX targets define.
 pub fn ptx_only(name: &str) -> bool {
@@ -298,6 +349,12 @@ pub fn ptx_only(name: &str) -> bool {
             || Q1_GLU_UNROLLS
                 .iter()
                 .any(|u| name.ends_with(&format!("_1u{u}")))
+            || Q1_PIPE_VARIANTS
+                .iter()
+                .any(|(r, u)| name.ends_with(&format!("_1r{r}p{u}")))
+            || Q1_GLU_PIPES
+                .iter()
+                .any(|u| name.ends_with(&format!("_1p{u}")))
     };
     name.starts_with("qmma")
         || name.starts_with("qmmp")
@@ -418,6 +475,15 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         for u in Q1_GLU_UNROLLS {
             v.push(("qmatmul", format!("qgemv_glu_{ty}_1u{u}")));
         }
+        if Q1_PIPE_TYPES.contains(ty) {
+            for (r, u) in Q1_PIPE_VARIANTS {
+                v.push(("qmatmul", format!("qgemv_{ty}_1r{r}p{u}")));
+                v.push(("qmatmul", format!("qgemv4_{ty}_1r{r}p{u}")));
+            }
+            for u in Q1_GLU_PIPES {
+                v.push(("qmatmul", format!("qgemv_glu_{ty}_1p{u}")));
+            }
+        }
         // The regrouped Q8_0 layout has dp4a kernels only.
         for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {
             for sfx in QMMA_VARIANTS.iter().filter(|s| **s != "w" || *nt <= 16) {
@@ -476,6 +542,53 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_row_variant_names_parse_to_existing_kernels() {
+        let q = |r, u, pipe| Some(Q1 { r, u, pipe });
+        assert_eq!(parse_q1("r1u2"), q(1, 2, false));
+        assert_eq!(parse_q1("r2p1"), q(2, 1, true));
+        assert_eq!(parse_q1("u4"), q(2, 4, false));
+        assert_eq!(parse_q1("p2"), q(2, 2, true));
+        for bad in ["r4p2", "p4", "r1x2", "off", "", "r1", "rp1"] {
+            assert_eq!(parse_q1(bad), None, "{bad}");
+        }
+        let v = parse_q1("r1p2").unwrap();
+        assert_eq!(
+            (v.tag(), v.glu_tag()),
+            ("1r1p2".to_string(), "1p2".to_string())
+        );
+        assert!(v.exists_for("iq4_xs") && !v.exists_for("q6_k"));
+        assert!(Q1::plain(1, 2).exists_for("q6_k"));
+        // Every name a variant produces is a kernel of the table, and only on PTX targets.
+        let names = kernel_names();
+        for ty in Q1_PIPE_TYPES {
+            for (r, u) in Q1_PIPE_VARIANTS {
+                let n = format!(
+                    "qgemv4_{ty}_{}",
+                    Q1 {
+                        r: *r,
+                        u: *u,
+                        pipe: true
+                    }
+                    .tag()
+                );
+                assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
+            }
+            for u in Q1_GLU_PIPES {
+                let n = format!(
+                    "qgemv_glu_{ty}_{}",
+                    Q1 {
+                        r: 2,
+                        u: *u,
+                        pipe: true
+                    }
+                    .glu_tag()
+                );
+                assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
+            }
+        }
+    }
 
     #[test]
     fn q6_k_padding_keeps_each_block_and_adds_two_zero_bytes() {

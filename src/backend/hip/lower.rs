@@ -944,7 +944,7 @@ pub(super) fn qgemv(
         None => {
             let nt = kernels::qgemv_tile(n);
             let (name, rows) = match (be.q1_variant(n, false, m, suffix), qgemv_wide(be, nt)) {
-                (Some((r, u)), _) => (format!("qgemv_{suffix}_1r{r}u{u}"), r),
+                (Some(v), _) => (format!("qgemv_{suffix}_{}", v.tag()), v.r),
                 (None, Some(r)) => (format!("qgemv_{suffix}_{nt}x{r}"), r),
                 (None, None) => (format!("qgemv_{suffix}_{nt}"), kernels::qgemv_rows(nt)),
             };

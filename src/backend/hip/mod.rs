@@ -263,11 +263,11 @@ pub struct HipBackend {
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
     /// unset, each type's default; `Some(None)`: set to a name that is not a variant, the
     /// default tile for every type).
-    q1_plain: Option<(u32, u32)>,
-    q1_glu: Option<Option<(u32, u32)>>,
+    q1_plain: Option<kernels::Q1>,
+    q1_glu: Option<Option<kernels::Q1>>,
     /// The 1-row variant for projections of at most `q1_small_m` weight rows (a whole launch's
     /// rows), which fill less than a wave with the default tile (`DELTASPEC_HIP_Q1_SMALL`).
-    q1_small: Option<(u32, u32)>,
+    q1_small: Option<kernels::Q1>,
     q1_small_m: usize,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
@@ -417,7 +417,7 @@ impl HipBackend {
             // both old defaults (session 13, interleaved). `off` (any name that is not a
             // variant) turns it off.
             q1_small: std::env::var("DELTASPEC_HIP_Q1_SMALL")
-                .map_or(Some((1, 2)), |v| kernels::parse_q1(&v)),
+                .map_or(Some(kernels::Q1::plain(1, 2)), |v| kernels::parse_q1(&v)),
             q1_small_m: std::env::var("DELTASPEC_HIP_Q1_SMALL_M")
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -698,27 +698,28 @@ impl HipBackend {
             .filter(|_| self.qmma_glu && n >= QMMA_MIN_ROWS)
     }
 
-    /// The 1-row int8 GEMV variant `(rows per warp, items in flight)` for `n` input rows, for
-    /// a gate/up pair (`glu`) or plain/grouped projections of `m` weight rows in all, where one
-    /// is chosen and exists here. Every variant accumulates in the same order (bit-identical).
-    fn q1_variant(&self, n: usize, glu: bool, m: usize, suffix: &str) -> Option<(u32, u32)> {
+    /// The 1-row int8 GEMV variant for `n` input rows, for a gate/up pair (`glu`) or
+    /// plain/grouped projections of `m` weight rows in all, where one is chosen and exists for
+    /// this weight type here. Every variant accumulates in the same order (bit-identical).
+    fn q1_variant(&self, n: usize, glu: bool, m: usize, suffix: &str) -> Option<kernels::Q1> {
         if n != 1 || self.drv.api() != Api::Cuda {
             return None;
         }
-        if glu {
+        let v = if glu {
             // IQ4_XS pairs default to 2 items in flight (its tile's default is 1, UMAX): with
             // the split decode the pair is latency-bound, not ALU-bound (6.62/6.58 ms a 27B
             // step against 7.04/6.72 on the H200, session 12; u4 6.54/6.85, and in session
             // 13 6.51/6.50/6.36/6.56 against u2's 6.58/6.44/6.72/6.53: no clear winner, so
             // the one with fewer registers). The other types' default tile already keeps 4.
-            return self
-                .q1_glu
-                .unwrap_or_else(|| (suffix == "iq4_xs").then_some((2, 2)));
-        }
-        match self.q1_small {
-            Some(v) if m <= self.q1_small_m => Some(v),
-            _ => self.q1_plain,
-        }
+            self.q1_glu
+                .unwrap_or_else(|| (suffix == "iq4_xs").then_some(kernels::Q1::plain(2, 2)))
+        } else {
+            match self.q1_small {
+                Some(v) if m <= self.q1_small_m => Some(v),
+                _ => self.q1_plain,
+            }
+        };
+        v.filter(|v| v.exists_for(suffix))
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
@@ -787,6 +788,15 @@ impl HipBackend {
     /// only readers ([`fused`]), for graphs compiled afterwards; the same bits.
     pub fn set_split_out(&mut self, on: bool) {
         self.split_out = on;
+    }
+
+    /// Forces the 1-row int8 GEMV variants (NVIDIA), for graphs compiled afterwards: `plain` for
+    /// plain and grouped projections of any size, `glu` for gate/up pairs (`None`: the default
+    /// tile). Every variant gives the same bits; what `DELTASPEC_HIP_Q1*` set, for tests.
+    pub fn set_q1(&mut self, plain: Option<kernels::Q1>, glu: Option<kernels::Q1>) {
+        self.q1_plain = plain;
+        self.q1_small = plain;
+        self.q1_glu = Some(glu);
     }
 
     /// Whether a multi-split attention's combine writes the int8 rows of the gated o_proj it

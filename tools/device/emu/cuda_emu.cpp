@@ -58,6 +58,8 @@ Entry entry(const char* name, void (*f)(A...)) {
 
 #define K(name) entry(#name, &name),
 #define Q1(ty, R, U) K(qgemv_##ty##_1r##R##u##U) K(qgemv4_##ty##_1r##R##u##U)
+#define Q1P(ty, R, U) K(qgemv_##ty##_1r##R##p##U) K(qgemv4_##ty##_1r##R##p##U)
+#define Q1PIPE(ty) Q1P(ty, 1, 1) Q1P(ty, 1, 2) Q1P(ty, 2, 1) K(qgemv_glu_##ty##_1p1) K(qgemv_glu_##ty##_1p2)
 #define QT(ty, NT) K(qgemv_##ty##_##NT) K(qgemv4_##ty##_##NT) K(qgemv_glu_##ty##_##NT)
 #define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16) \
     K(qgemv_##ty##_8x4) K(qgemv_##ty##_16x2) K(qgemv_##ty##_16x4) Q1(ty, 1, 1) Q1(ty, 1, 2) Q1(ty, 1, 4) \
@@ -76,7 +78,7 @@ Entry entry(const char* name, void (*f)(A...)) {
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
         DS_FOR_EACH_WTYPE(MM)                                                      //
-        DS_FOR_EACH_QTYPE(QM) DS_FOR_EACH_FTYPE(QMMA) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
+        DS_FOR_EACH_QTYPE(QM) Q1PIPE(iq4_xs) DS_FOR_EACH_FTYPE(QMMA) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(rms_norm_q8) K(add_rms_norm_q8) K(gated_rms_norm_q8) K(qk_prep)          //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
