@@ -294,22 +294,20 @@ DEV QX qgemv_x(const i8* __restrict__ XQ, const float* __restrict__ XD, const fl
 
 // SPLIT: the items carry e[] too (QItem), summed with w[] into the same integers. Activation
 // row t's item x against the R weight rows, onto acc[.][t].
+template <bool NOMIN, bool SAME, bool SPLIT = false>
+DEV float qgemv_item_one(const QItem& it, const QX& x, float acc) {
+    // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
+    // chains of 4 dot products (8 with SPLIT: e[] continues the chains, no adds).
+    i32 s0 = Q8C_BIAS_BITS, s1 = SAME ? 0 : Q8C_BIAS_BITS;
+    qgemv_dots(it.w, x.a, x.b, s0, s1);
+    if constexpr (SPLIT) qgemv_dots(it.e, x.a, x.b, s0, s1);
+    if constexpr (SAME) return q8c_same<NOMIN>(acc, x.xd, it.s0, q8c_float(s0 + s1), it.m, x.xs);
+    return q8c_split<NOMIN>(acc, x.xd, it.s0, q8c_float(s0), it.s1, q8c_float(s1), it.m, x.xs);
+}
 template <u32 NT, u32 R, bool NOMIN, bool SAME, bool SPLIT = false>
 DEV void qgemv_item_row(const QItem (&it)[R], const QX& x, u32 t, float (&acc)[R][NT]) {
 #pragma unroll
-    for (u32 r = 0; r < R; ++r) {
-        // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
-        // chains of 4 dot products (8 with SPLIT: e[] continues the chains, no adds).
-        i32 s0 = Q8C_BIAS_BITS, s1 = SAME ? 0 : Q8C_BIAS_BITS;
-        qgemv_dots(it[r].w, x.a, x.b, s0, s1);
-        if constexpr (SPLIT) qgemv_dots(it[r].e, x.a, x.b, s0, s1);
-        if constexpr (SAME) {
-            acc[r][t] = q8c_same<NOMIN>(acc[r][t], x.xd, it[r].s0, q8c_float(s0 + s1), it[r].m, x.xs);
-        } else {
-            acc[r][t] = q8c_split<NOMIN>(acc[r][t], x.xd, it[r].s0, q8c_float(s0), it[r].s1, q8c_float(s1), it[r].m,
-                                         x.xs);
-        }
-    }
+    for (u32 r = 0; r < R; ++r) acc[r][t] = qgemv_item_one<NOMIN, SAME, SPLIT>(it[r], x, acc[r][t]);
 }
 
 // Every activation row's item is loaded where it is used (an NT-row tile holding all of them
@@ -485,11 +483,14 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 #pragma unroll
                 for (u32 u = 0; u < U; ++u) {
                     if (s + u * WARP < nb) {
-                        QItem it[R];
+                        // One row's item decoded at a time: fewer words live than decoding all R.
+                        const QX x = qgemv_x<Q::NOMIN>(XQ, XD, XS, xbase + s + u * WARP);
 #pragma unroll
-                        for (u32 r = 0; r < R; ++r) Q::template deq_raw<SPLIT>(w[u][r], ib, it[r]);
-                        qgemv_item_row<1, R, Q::NOMIN, Q::SAME, SPLIT>(
-                            it, qgemv_x<Q::NOMIN>(XQ, XD, XS, xbase + s + u * WARP), 0, acc);
+                        for (u32 r = 0; r < R; ++r) {
+                            QItem it;
+                            Q::template deq_raw<SPLIT>(w[u][r], ib, it);
+                            acc[r][0] = qgemv_item_one<Q::NOMIN, Q::SAME, SPLIT>(it, x, acc[r][0]);
+                        }
                     }
                 }
                 s += U * WARP;

@@ -706,13 +706,20 @@ impl HipBackend {
             return None;
         }
         let v = if glu {
-            // IQ4_XS pairs default to 2 items in flight (its tile's default is 1, UMAX): with
-            // the split decode the pair is latency-bound, not ALU-bound (6.62/6.58 ms a 27B
-            // step against 7.04/6.72 on the H200, session 12; u4 6.54/6.85, and in session
-            // 13 6.51/6.50/6.36/6.56 against u2's 6.58/6.44/6.72/6.53: no clear winner, so
-            // the one with fewer registers). The other types' default tile already keeps 4.
-            self.q1_glu
-                .unwrap_or_else(|| (suffix == "iq4_xs").then_some(kernels::Q1::plain(2, 2)))
+            // IQ4_XS pairs default to the pipelined kernel with stages of 2 rounds (`1p2`):
+            // 6.956 / 6.956 ms a 27B step on an H100 against 7.053 / 7.053 for `1u2` (2 items
+            // in flight, then used with none outstanding), `1p1` 7.029 / 7.026 (session 32,
+            // interleaved; same tokens). Before: u2 over the tile's default 1 (session 12, H200:
+            // 6.62/6.58 against 7.04/6.72 ms). The plain projections lost pipelined (the down
+            // projection's `1r1p1` 19.1 µs against 15.4 for `1r1u2`). The other types' default
+            // tile already keeps 4 items in flight.
+            self.q1_glu.unwrap_or_else(|| {
+                (suffix == "iq4_xs").then_some(kernels::Q1 {
+                    r: 2,
+                    u: 2,
+                    pipe: true,
+                })
+            })
         } else {
             match self.q1_small {
                 Some(v) if m <= self.q1_small_m => Some(v),
