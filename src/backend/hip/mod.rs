@@ -175,7 +175,10 @@ pub struct HipBackend {
     split_out: bool,
     /// A multi-split attention whose output meets the o_proj's folded gate writes that
     /// matmul's int8 rows in its combine (`attn_combine_q8g`), so its `quantize_q8_gate`
-    /// launch goes. `DELTASPEC_HIP_COMBINE_Q8=0` turns it off.
+    /// launch goes. Off by default: on an H100 the 27B step took 7.049 / 7.048 ms with it
+    /// against 7.041 / 7.042 without (session 32, interleaved; the combine grew 4.3 -> 5.4 µs
+    /// and the launch it saves overlaps its neighbours under PDL). `DELTASPEC_HIP_COMBINE_Q8=1`
+    /// turns it on.
     combine_q8: bool,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
     /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
@@ -362,7 +365,7 @@ impl HipBackend {
             },
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
-            combine_q8: std::env::var("DELTASPEC_HIP_COMBINE_Q8").map_or(true, |v| v != "0"),
+            combine_q8: std::env::var("DELTASPEC_HIP_COMBINE_Q8").is_ok_and(|v| v == "1"),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
                 Ok("keys") => QkPrepMode::KeysOnly,
