@@ -292,8 +292,8 @@ DEV QX qgemv_x(const i8* __restrict__ XQ, const float* __restrict__ XD, const fl
     return x;
 }
 
-// SPLIT: the items carry e[] too (QItem), summed with w[] into the same integers. Activation
-// row t's item x against the R weight rows, onto acc[.][t].
+// One weight row's item against one activation row's, onto acc. SPLIT: the items carry e[] too
+// (QItem), summed with w[] into the same integers.
 template <bool NOMIN, bool SAME, bool SPLIT = false>
 DEV float qgemv_item_one(const QItem& it, const QX& x, float acc) {
     // Half 0 accumulates onto the bias bits (q8c_float), half 1 onto 0: two independent
@@ -304,6 +304,7 @@ DEV float qgemv_item_one(const QItem& it, const QX& x, float acc) {
     if constexpr (SAME) return q8c_same<NOMIN>(acc, x.xd, it.s0, q8c_float(s0 + s1), it.m, x.xs);
     return q8c_split<NOMIN>(acc, x.xd, it.s0, q8c_float(s0), it.s1, q8c_float(s1), it.m, x.xs);
 }
+// Activation row t's item x against the R weight rows' items, onto acc[.][t].
 template <u32 NT, u32 R, bool NOMIN, bool SAME, bool SPLIT = false>
 DEV void qgemv_item_row(const QItem (&it)[R], const QX& x, u32 t, float (&acc)[R][NT]) {
 #pragma unroll
@@ -459,10 +460,11 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
         u32 s = lane;
         if constexpr (PIPE) {
             static_assert(NT == 1 && QHasRaw<Q>::v, "the pipelined GEMV is a 1-row kernel of a type with raw()");
-            // Stages of U rounds: the next stage's weight words (raw, undecoded) and activations
-            // are loaded before the current stage is decoded and used, so the warp keeps a stage
-            // of loads in flight while it computes (the loop below waits for its loads, then
-            // computes with none outstanding). Items still accumulate in increasing s: same bits.
+            // Stages of U rounds: the next stage's weight words (raw, undecoded) are loaded
+            // before the current stage is decoded and used, so the warp keeps a stage of loads in
+            // flight while it computes (the loop below waits for its loads, then computes with
+            // none outstanding); the activations (L2-resident) are read where used, as there.
+            // Items still accumulate in increasing s: same bits.
             using Raw = typename Q::Raw;
             Raw wa[U][R], wb[U][R];
             const u64 xbase = (u64)xrow[0] * nb;
@@ -664,28 +666,31 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_TYPE)
 // and U for the gate/up pair: named qgemv_<type>_1r<R>u<U>, qgemv4_<type>_1r<R>u<U>,
 // qgemv_glu_<type>_1u<U>. Same per-lane order as the default kernels (bit-identical); the
 // lowering picks one per weight shape (kernels::q1_variant). Mirrored by kernels::Q1_VARIANTS.
-#define DS_QGEMV1_RU(name, Q, R, U)                                                                         \
+// L: the name's letter, u (U items in flight) or p (pipelined, PIPE: stages of U rounds).
+#define DS_QGEMV1_RV(name, Q, R, U, L, PIPE)                                                                \
     KERNEL(QG_THREADS)                                                                                      \
-    qgemv_##name##_1r##R##u##U(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
+    qgemv_##name##_1r##R##L##U(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
                                u32 K, u32 M, u64 row_bytes) {                                               \
-        qgemv<Q, 1, R, false, U>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                             \
-                                 bid_x() * QG_WARPS + tid_x() / WARP);                                      \
+        qgemv<Q, 1, R, false, U, PIPE>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                       \
+                                       bid_x() * QG_WARPS + tid_x() / WARP);                                \
     }                                                                                                       \
     KERNEL(QG_THREADS)                                                                                      \
-    qgemv4_##name##_1r##R##u##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
+    qgemv4_##name##_1r##R##L##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
                                 const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,           \
                                 const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
                                 const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {      \
-        qgemv_seg<Q, 1, R, U>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, CW, CS, \
-                              CY, SA, SB, SH);                                                              \
+        qgemv_seg<Q, 1, R, U, PIPE>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, \
+                                    CW, CS, CY, SA, SB, SH);                                                \
     }
-#define DS_QGEMV1_GLU_U(name, Q, U)                                                                    \
+#define DS_QGEMV1_GLU_V(name, Q, U, L, PIPE)                                                           \
     KERNEL(QG_THREADS)                                                                                 \
-    qgemv_glu_##name##_1u##U(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
-                             float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                           \
-        qgemv<Q, 1, 2, true, U>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                             \
-                                bid_x() * QG_WARPS + tid_x() / WARP);                                  \
+    qgemv_glu_##name##_1##L##U(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
+                               float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                         \
+        qgemv<Q, 1, 2, true, U, PIPE>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                       \
+                                      bid_x() * QG_WARPS + tid_x() / WARP);                            \
     }
+#define DS_QGEMV1_RU(name, Q, R, U) DS_QGEMV1_RV(name, Q, R, U, u, false)
+#define DS_QGEMV1_GLU_U(name, Q, U) DS_QGEMV1_GLU_V(name, Q, U, u, false)
 #define DS_QGEMV1_TYPE(name, Q)   \
     DS_QGEMV1_RU(name, Q, 1, 1)   \
     DS_QGEMV1_RU(name, Q, 1, 2)   \
@@ -703,28 +708,8 @@ DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
 // The pipelined 1-row variants (qgemv's PIPE: a stage of U rounds loaded while the previous one
 // is used), for the types with raw(): qgemv_<type>_1r<R>p<U>, qgemv4_<type>_1r<R>p<U>,
 // qgemv_glu_<type>_1p<U>. Bit-identical to the others. Mirrored by kernels::Q1_PIPE_*.
-#define DS_QGEMV1_RP(name, Q, R, U)                                                                         \
-    KERNEL(QG_THREADS)                                                                                      \
-    qgemv_##name##_1r##R##p##U(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N, \
-                               u32 K, u32 M, u64 row_bytes) {                                               \
-        qgemv<Q, 1, R, false, U, true>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes,                       \
-                                       bid_x() * QG_WARPS + tid_x() / WARP);                                \
-    }                                                                                                       \
-    KERNEL(QG_THREADS)                                                                                      \
-    qgemv4_##name##_1r##R##p##U(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1,            \
-                                const u8* W2, float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3,           \
-                                const i8* XQ, const float* XD, const float* XS, u32 N, u32 K, u64 row_bytes, \
-                                const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {      \
-        qgemv_seg<Q, 1, R, U, true>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, N, K, row_bytes, \
-                                    CW, CS, CY, SA, SB, SH);                                                \
-    }
-#define DS_QGEMV1_GLU_P(name, Q, U)                                                                    \
-    KERNEL(QG_THREADS)                                                                                 \
-    qgemv_glu_##name##_1p##U(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS, \
-                             float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                           \
-        qgemv<Q, 1, 2, true, U, true>(WG, WU, XQ, XD, XS, Y, N, K, M, row_bytes,                       \
-                                      bid_x() * QG_WARPS + tid_x() / WARP);                            \
-    }
+#define DS_QGEMV1_RP(name, Q, R, U) DS_QGEMV1_RV(name, Q, R, U, p, true)
+#define DS_QGEMV1_GLU_P(name, Q, U) DS_QGEMV1_GLU_V(name, Q, U, p, true)
 #define DS_QGEMV1_PIPE_TYPE(name, Q) \
     DS_QGEMV1_RP(name, Q, 1, 1)      \
     DS_QGEMV1_RP(name, Q, 1, 2)      \

@@ -297,6 +297,9 @@ impl Q1 {
     pub const fn plain(r: u32, u: u32) -> Self {
         Q1 { r, u, pipe: false }
     }
+    pub const fn pipelined(r: u32, u: u32) -> Self {
+        Q1 { r, u, pipe: true }
+    }
     /// The kernel name's suffix of a plain or grouped projection: `1r<R>u<U>` or `1r<R>p<U>`.
     pub fn tag(&self) -> String {
         format!(
@@ -564,27 +567,11 @@ mod tests {
         let names = kernel_names();
         for ty in Q1_PIPE_TYPES {
             for (r, u) in Q1_PIPE_VARIANTS {
-                let n = format!(
-                    "qgemv4_{ty}_{}",
-                    Q1 {
-                        r: *r,
-                        u: *u,
-                        pipe: true
-                    }
-                    .tag()
-                );
+                let n = format!("qgemv4_{ty}_{}", Q1::pipelined(*r, *u).tag());
                 assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
             }
             for u in Q1_GLU_PIPES {
-                let n = format!(
-                    "qgemv_glu_{ty}_{}",
-                    Q1 {
-                        r: 2,
-                        u: *u,
-                        pipe: true
-                    }
-                    .glu_tag()
-                );
+                let n = format!("qgemv_glu_{ty}_{}", Q1::pipelined(2, *u).glu_tag());
                 assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
             }
         }

@@ -716,13 +716,8 @@ impl HipBackend {
             // 6.62/6.58 against 7.04/6.72 ms). The plain projections lost pipelined (the down
             // projection's `1r1p1` 19.1 µs against 15.4 for `1r1u2`). The other types' default
             // tile already keeps 4 items in flight.
-            self.q1_glu.unwrap_or_else(|| {
-                (suffix == "iq4_xs").then_some(kernels::Q1 {
-                    r: 2,
-                    u: 2,
-                    pipe: true,
-                })
-            })
+            self.q1_glu
+                .unwrap_or_else(|| (suffix == "iq4_xs").then_some(kernels::Q1::pipelined(2, 2)))
         } else {
             match self.q1_small {
                 Some(v) if m <= self.q1_small_m => Some(v),
