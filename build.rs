@@ -68,6 +68,8 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DELTASPEC_PTXAS");
     println!("cargo:rerun-if-env-changed=DELTASPEC_AMD_TARGETS");
     println!("cargo:rerun-if-env-changed=DELTASPEC_HIP_DEFINES");
+    // The host lays weights out as the kernels read them (src/backend/hip/layout.rs).
+    println!("cargo:rustc-env=DELTASPEC_WL_G={}", wl_group());
     let amd = amd_targets();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let hip_dir =
@@ -327,13 +329,26 @@ fn compile(clang: &str, job: &Job) -> Result<(), String> {
 }
 
 /// `$DELTASPEC_HIP_DEFINES`: extra `-D` flags for every kernel (device experiments built into a
-/// separate binary, e.g. `DELTASPEC_HIP_DEFINES=DS_EXP_X`); empty for every shipped build.
+/// separate binary, e.g. `DELTASPEC_HIP_DEFINES=DS_EXP_X`; empty for every shipped build), and
+/// always `DS_WL_G`, the weight panel's rows ([`wl_group`]).
 fn experiment_defines() -> Vec<String> {
+    let user = env::var("DELTASPEC_HIP_DEFINES").unwrap_or_default();
+    user.split_whitespace()
+        .filter(|d| !d.starts_with("DS_WL_G="))
+        .map(|d| format!("-D{d}"))
+        .chain([format!("-DDS_WL_G={}", wl_group())])
+        .collect()
+}
+
+/// Rows per panel of the int8 GEMV types' weights (`DS_WL_G` in hip/quant.h, `layout::GROUP` on
+/// the host): 32, or `DS_WL_G=<n>` among `$DELTASPEC_HIP_DEFINES` (1: row-major, for comparisons).
+fn wl_group() -> u32 {
     env::var("DELTASPEC_HIP_DEFINES")
         .unwrap_or_default()
         .split_whitespace()
-        .map(|d| format!("-D{d}"))
-        .collect()
+        .find_map(|d| d.strip_prefix("DS_WL_G=")?.parse().ok())
+        .filter(|&g| g > 0)
+        .unwrap_or(32)
 }
 
 fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {

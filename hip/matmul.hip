@@ -75,7 +75,7 @@ DEV void gemv(const u8* __restrict__ W, const float* __restrict__ X, float* __re
     // unconditional so they can all be issued up front.
     u64 roff[R];
 #pragma unroll
-    for (u32 r = 0; r < R; ++r) roff[r] = (u64)(m0 + r < M ? m0 + r : M - 1) * row_bytes;
+    for (u32 r = 0; r < R; ++r) roff[r] = wl_row<Q>(m0 + r < M ? m0 + r : M - 1, K, row_bytes);
     for (u32 n0 = 0; n0 < N; n0 += NT) {
         const float* xr[NT];
 #pragma unroll
@@ -86,7 +86,7 @@ DEV void gemv(const u8* __restrict__ W, const float* __restrict__ X, float* __re
 #pragma unroll
             for (u32 t = 0; t < NT; ++t) acc[r][t] = 0.0f;
         for (u32 s = tid; s < nsub; s += GEMV_THREADS) {
-            const u64 boff = (u64)(s / SPB) * Q::QB;
+            const u64 boff = wl_block<Q>(s / SPB);
             const u32 sub = s % SPB;
             const u64 xoff = (u64)s * SUB;
             if constexpr (HOLD_X) {
@@ -160,7 +160,7 @@ DEV void mm_tiled(const u8* __restrict__ W, const float* __restrict__ X, float* 
             const u32 s = k0 / Q::SUB + c;
             float w[Q::SUB];
             if (m0 + r < M && s < nsub) {
-                Q::deq(W + (u64)(m0 + r) * row_bytes + (u64)(s / SPB) * Q::QB, s % SPB, w);
+                Q::deq(W + wl_row<Q>(m0 + r, K, row_bytes) + wl_block<Q>(s / SPB), s % SPB, w);
             } else {
 #pragma unroll
                 for (u32 e = 0; e < Q::SUB; ++e) w[e] = 0.0f;
@@ -213,7 +213,7 @@ DEV void embed(const u8* __restrict__ table, const i32* __restrict__ ids, float*
     const i32 id = ids[t];
     float w[Q::SUB];
     if (id >= 0 && (u32)id < V) {
-        Q::deq(table + (u64)id * row_bytes + (u64)(s / SPB) * Q::QB, s % SPB, w);
+        Q::deq(table + wl_row<Q>(id, D, row_bytes) + wl_block<Q>(s / SPB), s % SPB, w);
     } else {
 #pragma unroll
         for (u32 e = 0; e < Q::SUB; ++e) w[e] = nan_f32();
@@ -222,14 +222,17 @@ DEV void embed(const u8* __restrict__ table, const i32* __restrict__ ids, float*
     for (u32 e = 0; e < Q::SUB; ++e) out[(u64)t * D + (u64)s * Q::SUB + e] = w[e];
 }
 
-// out = the whole tensor as f32 (a weight used where an op reads plain f32 values).
+// out = the whole tensor as f32 (a weight used where an op reads plain f32 values): `items` work
+// items, rows of K values (row_bytes apart where row-major; hip/quant.h, wl_row).
 template <class Q>
-DEV void dequant(const u8* __restrict__ src, float* __restrict__ out, u64 items) {
+DEV void dequant(const u8* __restrict__ src, float* __restrict__ out, u64 items, u32 K, u64 row_bytes) {
     constexpr u32 SPB = Q::QK / Q::SUB;
     const u64 s = (u64)bid_x() * EMBED_THREADS + tid_x();
     if (s >= items) return;
+    const u32 ipr = K / Q::SUB;  // work items per row
+    const u32 i = (u32)(s % ipr);
     float w[Q::SUB];
-    Q::deq(src + (s / SPB) * Q::QB, (u32)(s % SPB), w);
+    Q::deq(src + wl_row<Q>((u32)(s / ipr), K, row_bytes) + wl_block<Q>(i / SPB), i % SPB, w);
 #pragma unroll
     for (u32 e = 0; e < Q::SUB; ++e) out[s * Q::SUB + e] = w[e];
 }
@@ -256,9 +259,9 @@ DEV void dequant(const u8* __restrict__ src, float* __restrict__ out, u64 items)
         grid_begin();                                                                              \
         embed<Q>(table, ids, out, D, V, row_bytes);                                                \
     }                                                                                              \
-    KERNEL(EMBED_THREADS) dequant_##name(const u8* src, float* out, u64 items) {                   \
+    KERNEL(EMBED_THREADS) dequant_##name(const u8* src, float* out, u64 items, u32 K, u64 row_bytes) { \
         grid_begin();                                                                              \
-        dequant<Q>(src, out, items);                                                               \
+        dequant<Q>(src, out, items, K, row_bytes);                                                 \
     }
 
 DS_FOR_EACH_WTYPE(DS_MATMUL_TYPE)

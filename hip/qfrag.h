@@ -19,6 +19,7 @@
 
 struct FQ8_0 {  // {f16 d; i8 qs[32]}, 2-byte aligned
     static constexpr u32 QK = 32, QB = 34;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SAME = true, NOMIN = true;
     DEV void scales(const u8* blk, u32, float& s0, float& s1, float& m) {
         s0 = s1 = load_f16(blk);
@@ -32,6 +33,7 @@ struct FQ8_0 {  // {f16 d; i8 qs[32]}, 2-byte aligned
 
 struct FIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}, 8-byte aligned
     static constexpr u32 QK = 256, QB = 136;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SAME = true, NOMIN = true;
     DEV void scales(const u8* blk, u32 ib, float& s0, float& s1, float& m) {
         // The 8-byte header as one load (the block is 8-byte aligned): in hip/qmma.hip each
@@ -71,6 +73,7 @@ DEV void qf_kscales(const u8* blk, u32 j, float& s0, float& s1, float& m) {
 
 struct FQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 16-byte aligned
     static constexpr u32 QK = 256, QB = 144;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SAME = true, NOMIN = false;
     DEV void scales(const u8* blk, u32 j, float& s0, float& s1, float& m) { qf_kscales(blk, j, s0, s1, m); }
     DEV void words(const u8* blk, u32 j, u32 t, u32& lo, u32& hi) {
@@ -82,6 +85,7 @@ struct FQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 16-byte aligned
 
 struct FQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}, 16-byte aligned
     static constexpr u32 QK = 256, QB = 176;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SAME = true, NOMIN = false;
     DEV void scales(const u8* blk, u32 j, float& s0, float& s1, float& m) { qf_kscales(blk, j, s0, s1, m); }
     DEV void words(const u8* blk, u32 j, u32 t, u32& lo, u32& hi) {
@@ -95,6 +99,7 @@ struct FQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}, 16-b
 
 struct FQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, 4-byte aligned (Q6K_QB)
     static constexpr u32 QK = 256, QB = Q6K_QB;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SAME = false, NOMIN = true;
     DEV void scales(const u8* blk, u32 sub, float& s0, float& s1, float& m) {
         const u32 half = sub / 4, i = sub % 4;

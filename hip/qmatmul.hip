@@ -52,6 +52,7 @@ DEV void ld32_a2(const u8* p, u32* w) {
 // Every type: SPLIT = false unless it has deq_split (see QItem).
 struct IQ8_0 {  // {f16 d; i8 qs[32]}
     static constexpr u32 QK = 32, QB = 34, UMAX = 4, PF = 0;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ8_0::NOMIN, SAME = FQ8_0::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32, QItem& it) {
@@ -86,6 +87,7 @@ struct IIQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     // against 8.8 ms a step). With the split decode (deq_split) the 1-row kernels are latency-
     // bound instead, and the host picks U = 2 for them (q1_variant in src/backend/hip/mod.rs).
     static constexpr u32 QK = 256, QB = 136, UMAX = 1, PF = 0;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool NOMIN = FIQ4_XS::NOMIN, SAME = FIQ4_XS::SAME;  // as the matrix-core decoder
     // The item's scales into it and its four raw quant words into q (both decodes share them).
     DEV void head(const u8* blk, u32 ib, QItem& it, u32 (&q)[4]) {
@@ -162,6 +164,7 @@ struct QHasRaw<Q, decltype((void)Q::RAW)> {
 
 struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 144, UMAX = 4, PF = 0;
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ4_K::NOMIN, SAME = FQ4_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
@@ -182,6 +185,7 @@ struct IQ4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
 
 struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 176, UMAX = 2, PF = 0;  // 16 words per item
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ5_K::NOMIN, SAME = FQ5_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 j, QItem& it) {
@@ -207,6 +211,7 @@ struct IQ5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 
 struct IQ6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, 4-byte aligned (Q6K_QB)
     static constexpr u32 QK = 256, QB = Q6K_QB, UMAX = 2, PF = 4;  // 18 words per item
+    static constexpr bool PANEL = true;  // hip/quant.h, WlPanel
     static constexpr bool SPLIT = false;
     static constexpr bool NOMIN = FQ6_K::NOMIN, SAME = FQ6_K::SAME;  // as the matrix-core decoder
     DEV void deq(const u8* blk, u32 sub, QItem& it) {
@@ -329,9 +334,8 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
 // IQ4_XS no faster (gate/up 35.9 -> 36.6 us; 72 -> 95 registers), so PF = 0 there and for the
 // types not measured. Round 0 (PF = 0: only it) is hinted before grid_begin, so its fetch
 // overlaps the previous kernel's tail. No value depends on a hint.
-// Bytes one round of 32 items advances a row: 32 / IPB whole blocks.
-template <class Q>
-constexpr u32 qgemv_round_bytes() { return WARP / (Q::QK / 32) * Q::QB; }
+// A round of 32 items is wl_round_bytes (hip/quant.h): 32 / IPB whole blocks of a row.
+static_assert(WARP == 32, "a round is the 32 items of one warp's lanes");
 
 template <class Q, bool SPLIT>
 DEV void qgemv_deq(const u8* blk, u32 ib, QItem& it) {
@@ -344,9 +348,9 @@ DEV void qgemv_deq(const u8* blk, u32 ib, QItem& it) {
 
 template <class Q, u32 R>
 DEV void qgemv_prefetch(const u8* const (&wrow)[R], u32 round, u32 nb, u32 lane) {
-    constexpr u32 IPB = Q::QK / 32, RB = qgemv_round_bytes<Q>();
-    const u64 off = (u64)round * RB + lane * 128;
-    if (lane * 128 < RB && off < (u64)(nb / IPB) * Q::QB) {
+    constexpr u32 IPB = Q::QK / 32, RB = wl_round_bytes<Q>();
+    if (lane * 128 < RB && (u64)round * RB + lane * 128 < (u64)(nb / IPB) * Q::QB) {
+        const u64 off = (u64)round * wl_round_stride<Q>() + lane * 128;
 #pragma unroll
         for (u32 r = 0; r < R; ++r) prefetch_l2(wrow[r] + off);
     }
@@ -412,9 +416,9 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
 #pragma unroll
     for (u32 r = 0; r < R; ++r) {
         const u32 j = m0 + r % RO;
-        wrow[r] = (GLU && r >= RO ? WU : W) + (u64)(j < M ? j : M - 1) * row_bytes;
+        wrow[r] = (GLU && r >= RO ? WU : W) + wl_row<Q>(j < M ? j : M - 1, K, row_bytes);
     }
-    constexpr u32 rs = qgemv_round_bytes<Q>();  // bytes a row advances per round of 32 items
+    constexpr u32 rs = wl_round_stride<Q>();  // bytes a row advances per round of 32 items
     // Weights are never written by a kernel, so they may be hinted before the wait.
     if (m0 < M) {
 #pragma unroll

@@ -100,15 +100,16 @@ struct QmGroup {
     u32 xa, xc;
 };
 
-// Block byte offset and sub-block of item sb + jj, for sb a multiple of R: the R items lie in one
-// weight block, or (IPB < R) fill R / IPB whole blocks.
+// Block byte offset within the row (hip/quant.h, wl_block) and sub-block of item sb + jj, for sb
+// a multiple of R: the R items lie in one weight block, or (IPB < R) fill R / IPB whole blocks
+// (of one round: R divides 32).
 template <class P, u32 R>
 DEV void qmma_item(u32 sb, u32 jj, u64& boff, u32& ib) {
     constexpr u32 IPB = P::QK / 32;
     if constexpr (IPB >= R) {
-        boff = (u64)(sb / IPB) * P::QB, ib = sb % IPB + jj;
+        boff = wl_block<P>(sb / IPB), ib = sb % IPB + jj;
     } else {
-        boff = (u64)(sb / IPB + jj / IPB) * P::QB, ib = jj % IPB;
+        boff = wl_block<P>(sb / IPB + jj / IPB), ib = jj % IPB;
     }
 }
 
@@ -361,12 +362,14 @@ template <class P, u32 PF>
 DEV void qmma_prefetch(const QmPrefetch& pf, u32 nb, u32 c) {
     if constexpr (PF > 0) {
         constexpr u32 IPB = P::QK / 32;
-        const u64 off = (u64)(c * (WARP / IPB)) * P::QB + pf.off;
-        if (pf.row && off < (u64)(nb / IPB) * P::QB) prefetch_l2(pf.row + off);
+        // The bound in the row's own bytes, the address in the weight's layout (hip/quant.h).
+        if (pf.row && (u64)(c * (WARP / IPB)) * P::QB + pf.off < (u64)(nb / IPB) * P::QB)
+            prefetch_l2(pf.row + (u64)c * wl_round_stride<P>() + pf.off);
     }
 }
 template <class P, u32 PF>
-DEV QmPrefetch qmma_prefetch_lane(const u8* W, const u8* WU, bool glu, u32 m0, u32 M, u64 row_bytes, u32 i) {
+DEV QmPrefetch qmma_prefetch_lane(const u8* W, const u8* WU, bool glu, u32 m0, u32 M, u32 K, u64 row_bytes,
+                                   u32 i) {
     constexpr u32 IPB = P::QK / 32, CB = WARP / IPB * P::QB;  // a chunk's bytes per row
     QmPrefetch pf{nullptr, 0};
     if constexpr (PF > 0) {
@@ -374,7 +377,7 @@ DEV QmPrefetch qmma_prefetch_lane(const u8* W, const u8* WU, bool glu, u32 m0, u
         if (line * 128 < CB) {
             // GLU: A rows 0-7 are gate rows m0 .. m0 + 7 of W, rows 8-15 the same up rows of WU.
             const u32 r = glu ? m0 + pr % 8 : m0 + pr;
-            pf.row = (glu && pr >= 8 ? WU : W) + (u64)(r < M ? r : M - 1) * row_bytes;
+            pf.row = (glu && pr >= 8 ? WU : W) + wl_row<P>(r < M ? r : M - 1, K, row_bytes);
             pf.off = line * 128;
         }
     }
@@ -428,12 +431,12 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     const u32 nb = K / 32;
     // This lane's weight rows (A rows g, g + 8): rows ra, rb of W, or gate and up row ra.
     const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
-    const u8* wa = W + (u64)(ra < M ? ra : M - 1) * row_bytes;
-    const u8* wb = (GLU ? WU : W) + (u64)(rb < M ? rb : M - 1) * row_bytes;
+    const u8* wa = W + wl_row<P>(ra < M ? ra : M - 1, K, row_bytes);
+    const u8* wb = (GLU ? WU : W) + wl_row<P>(rb < M ? rb : M - 1, K, row_bytes);
     // The butterfly's steps across warps: the upper half of the active warps (residues m ..
     // 2m - 1 at mask m) leave their partials here, 16 residues × 4·TG outputs × 32 lanes.
     __shared__ float red[16 * 4 * TG * WARP];
-    const QmPrefetch pf = qmma_prefetch_lane<P, PF>(W, WU, GLU, m0, M, row_bytes, w * WARP + lane);
+    const QmPrefetch pf = qmma_prefetch_lane<P, PF>(W, WU, GLU, m0, M, K, row_bytes, w * WARP + lane);
 #pragma unroll
     for (u32 c = 0; c < PF; ++c) qmma_prefetch<P, PF>(pf, nb, c);
     grid_begin();  // weights hinted above, before the wait: see hip/common.h
@@ -571,8 +574,8 @@ DEV void qmmp(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     if (m0 >= M) return;  // the whole warp: no barrier in this kernel
     const u32 nb = K / 32;
     const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
-    const u8* wa = W + (u64)(ra < M ? ra : M - 1) * row_bytes;
-    const u8* wb = (GLU ? WU : W) + (u64)(rb < M ? rb : M - 1) * row_bytes;
+    const u8* wa = W + wl_row<P>(ra < M ? ra : M - 1, K, row_bytes);
+    const u8* wb = (GLU ? WU : W) + wl_row<P>(rb < M ? rb : M - 1, K, row_bytes);
     const u32 gl = (N - 1) / 8;  // the last group of 8 input rows
     // One pass of 64 input rows per block row of the grid (bid_y; the host launches
     // ceil(N / 64) of them): with every pass in one block, a K = 17408 projection of 5120 rows

@@ -19,6 +19,58 @@
 #pragma once
 #include "common.h"
 
+// How the matrices of the int8 GEMV types lie in device memory (src/backend/hip/layout.rs makes
+// them at upload): in panels of WL_G rows. A round is 1024 values of a row (32 items of 32: what
+// one warp's lanes take at once in the int8 GEMVs), RB = 1024 / QK whole blocks; a row of K values
+// has nr = ceil(K / 1024) rounds (the last one padded). Round c of row j sits at
+//     (j / G) · G · nr · RB  +  c · G · RB  +  (j % G) · RB,
+// so the rows a block of warps reads at one round are one run of G · RB bytes instead of pieces a
+// row apart (H100, 27B IQ4_XS decode: a timing build reading the GEMVs round-major ran 3.5 %
+// faster, docs/perf.md session 32), while a row still advances by a compile-time round stride
+// (G · RB), so the GEMVs keep their immediate load offsets (a run-time stride cost the gate/up
+// kernel 33 registers). G = 1 is row-major with rows padded to whole rounds. Types opt in with
+// `static constexpr bool PANEL = true;` (the float, dp4a and matrix-core decoders of Q8_0, Q4_K,
+// Q5_K, Q6_K and IQ4_XS: kernels::QGEMV_TYPES); the others are row-major with the kernels'
+// `row_bytes` stride. build.rs passes DS_WL_G (and tells the host the same value).
+#ifndef DS_WL_G
+#define DS_WL_G 32
+#endif
+template <class Q, class = void>
+struct WlPanel {
+    static constexpr bool v = false;
+};
+template <class Q>
+struct WlPanel<Q, decltype(void(Q::PANEL))> {
+    static constexpr bool v = true;
+};
+// Bytes of one round of a row (QK <= 1024 for every type).
+template <class Q>
+constexpr u32 wl_round_bytes() { return 1024 / Q::QK * Q::QB; }
+// Bytes from one round of a row to its next.
+template <class Q>
+constexpr u32 wl_round_stride() { return (WlPanel<Q>::v ? DS_WL_G : 1) * wl_round_bytes<Q>(); }
+// Byte offset of row j of a matrix with rows of K values (`row_bytes` apart where row-major).
+template <class Q>
+DEV u64 wl_row(u32 j, u32 K, u64 row_bytes) {
+    if constexpr (WlPanel<Q>::v) {
+        constexpr u32 G = DS_WL_G, RB = wl_round_bytes<Q>();
+        const u64 nr = (K + 1023) / 1024;
+        return (u64)(j / G) * (G * RB) * nr + (u64)(j % G) * RB;
+    } else {
+        return (u64)j * row_bytes;
+    }
+}
+// Byte offset of block b within its row (row-major: b · QB).
+template <class Q>
+DEV u64 wl_block(u32 b) {
+    constexpr u32 BPR = 1024 / Q::QK;
+    if constexpr (WlPanel<Q>::v) {
+        return (u64)(b / BPR) * wl_round_stride<Q>() + (u64)(b % BPR) * Q::QB;
+    } else {
+        return (u64)b * Q::QB;
+    }
+}
+
 DEV u32 ld_u16(const u8* p) { return *(const u16*)p; }
 // 32 bits at a 2-byte aligned address.
 DEV u32 ld_u32_a2(const u8* p) { return ld_u16(p) | (ld_u16(p + 2) << 16); }
@@ -198,6 +250,7 @@ DEV void ld_qs16(const u8* qs, u32* h) {
 
 struct Q8_0 {  // {f16 d; i8 qs[32]}, x = q * d
     static constexpr u32 QK = 32, QB = 34, SUB = 16;
+    static constexpr bool PANEL = true;
     DEV void deq(const u8* blk, u32 sub, float* w) {
         const float d = load_f16(blk);
         u32 h[8];
@@ -318,6 +371,7 @@ DEV void nibbles32_a16(const u8* p, u32 hi, u32* q) {
 
 struct Q4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, x = d*sc*q - dmin*m
     static constexpr u32 QK = 256, QB = 144, SUB = 32;
+    static constexpr bool PANEL = true;
     DEV void deq(const u8* blk, u32 j, float* w) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -334,6 +388,7 @@ struct Q4_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, x = d*sc*q - dmi
 
 struct Q5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 176, SUB = 32;
+    static constexpr bool PANEL = true;
     DEV void deq(const u8* blk, u32 j, float* w) {
         const float d = load_f16(blk), dmin = load_f16(blk + 2);
         const u64 slo = (u64)*(const u32*)(blk + 4) | ((u64)*(const u32*)(blk + 8) << 32);
@@ -358,6 +413,7 @@ struct Q5_K {  // {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}
 
 struct Q6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, x = d*sc * (q - 32)
     static constexpr u32 QK = 256, QB = Q6K_QB, SUB = 32;
+    static constexpr bool PANEL = true;
     DEV void deq(const u8* blk, u32 sub, float* w) {
         const u32 half = sub / 4, i = sub % 4;
         const float d = load_f16(blk + 208);
@@ -382,6 +438,7 @@ struct Q6_K {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; u16 pad}, x = d*
 
 struct IQ4_XS {  // {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
     static constexpr u32 QK = 256, QB = 136, SUB = 32;
+    static constexpr bool PANEL = true;
     DEV void deq(const u8* blk, u32 ib, float* w) {
         const float d = load_f16(blk);
         const u32 scales_h = ld_u16(blk + 2);

@@ -5,6 +5,7 @@
 //! two in step (the op tests on a GPU catch a mismatch).
 
 use super::kernels::{self, weight_kernel};
+use super::layout;
 use super::{Exec, HipBackend, StateSet, WeightSet};
 use crate::backend::{BackendError, HostData};
 use crate::graph::{Graph, HeadMap, Node, Op, TensorId, TensorKind};
@@ -245,6 +246,24 @@ pub(super) fn check_weights(
     g: &Graph,
     w: &HashMap<String, super::DevWeight>,
 ) -> Result<(), BackendError> {
+    // A view of a weight in panels (`layout`) with rows of another length would be read with the
+    // wrong strides.
+    for node in &g.nodes {
+        if let (Op::Reshape { .. }, Some(&i)) = (&node.op, node.inputs.first()) {
+            let (t, o) = (g.tensor(i), g.tensor(node.outputs[0]));
+            if t.kind == TensorKind::Weight
+                && layout::round_bytes(t.dtype).is_some()
+                && o.last_dim() != t.last_dim()
+            {
+                return Err(be.dev_err(format!(
+                    "weight {} ({}) is stored in panels of its rows and cannot be viewed with rows of {} values",
+                    t.name,
+                    t.dtype,
+                    o.last_dim()
+                )));
+            }
+        }
+    }
     for id in g.weights() {
         let t = g.tensor(id);
         let h = w.get(&t.name).ok_or_else(|| BackendError::MissingWeight {
@@ -260,7 +279,11 @@ pub(super) fn check_weights(
             });
         }
         let row = t.last_dim();
-        let want = kernels::dev_bytes_for(t.dtype, row).map(|b| b * (t.numel() / row.max(1)));
+        let rows = t.numel() / row.max(1);
+        let want = match layout::round_bytes(t.dtype) {
+            Some(_) => layout::panel_bytes(t.dtype, rows, row),
+            None => kernels::dev_bytes_for(t.dtype, row).map(|b| b * rows),
+        };
         if want != Some(h.buf.bytes) {
             return Err(be.dev_err(format!(
                 "weight of {} {:?} holds {} bytes, expected {}",

@@ -18,6 +18,7 @@ pub mod driver;
 mod fused;
 mod graphs;
 pub mod kernels;
+mod layout;
 mod lower;
 
 pub use graphs::GraphStats;
@@ -1085,6 +1086,10 @@ impl HipBackend {
                     msg: format!("weight {name} has type {}", w.dtype),
                 })?;
             let src = w.buf.ptr;
+            let k = *w.shape.last().unwrap_or(&1);
+            let row_bytes = kernels::dev_bytes_for(w.dtype, k).unwrap_or(0) as u64;
+            let k = u32::try_from(k)
+                .map_err(|_| self.dev_err(format!("weight {name}: rows of {k} values")))?;
             let out = self.alloc(n * 4)?;
             let (_, _, sub) = kernels::geometry(suffix);
             let items = (n / sub) as u64;
@@ -1098,6 +1103,8 @@ impl HipBackend {
                     lower::Arg::P(src),
                     lower::Arg::P(out.ptr),
                     lower::Arg::U64(items),
+                    lower::Arg::U32(k),
+                    lower::Arg::U64(row_bytes),
                 ],
             )?;
             self.weights[wi]
@@ -1147,6 +1154,17 @@ impl Backend for HipBackend {
                 _ => None,
             };
             let dev = relaid.as_deref().unwrap_or(bytes);
+            // The int8 GEMV types in panels (`layout`), after the per-type transforms: those
+            // work on blocks, this moves whole rounds of blocks. (A size that does not fit the
+            // shape stays as it is, for check_weights to report.)
+            let k = t.shape.last().copied().unwrap_or(0);
+            let panels = layout::round_bytes(t.dtype).and_then(|rb| {
+                let row_bytes = kernels::dev_bytes_for(t.dtype, k).filter(|&r| r > 0)?;
+                let rows = dev.len() / row_bytes;
+                (rows * row_bytes == dev.len() && rows * k == t.numel())
+                    .then(|| layout::to_panels(dev, rows, row_bytes, rb, layout::GROUP))
+            });
+            let dev = panels.as_deref().unwrap_or(dev);
             let buf = match self.alloc(dev.len()) {
                 Ok(b) => b,
                 Err(e) => {
@@ -1170,7 +1188,6 @@ impl Backend for HipBackend {
             self.drv
                 .htod(buf.ptr, dev)
                 .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
-            let k = t.shape.last().copied().unwrap_or(0);
             if self.q8_regroup
                 && t.dtype == DType::Q8_0
                 && t.shape.len() == 2
