@@ -18,7 +18,13 @@ if [ -z "$cxx" ]; then
 fi
 [ -n "$cxx" ] || { echo "build_emu.sh: no C++ compiler (set CXX)" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
-echo "+ $cxx -std=c++20 -O2 -fPIC -shared ... -o $out"
+# The weight panel's rows must be the host's (build.rs: DS_WL_G among $DELTASPEC_HIP_DEFINES, else
+# hip/quant.h's default).
+wlg=()
+for d in ${DELTASPEC_HIP_DEFINES:-}; do
+    case "$d" in DS_WL_G=*) wlg=("-D$d") ;; esac
+done
+echo "+ $cxx -std=c++20 -O2 -fPIC -shared ${wlg[*]:-} ... -o $out"
 "$cxx" -std=c++20 -O2 -ffp-contract=off -fPIC -shared -pthread -Wall -Werror -Wno-unknown-pragmas \
-    -I "$here/emu" -o "$out" "$here/emu/cuda_emu.cpp"
+    "${wlg[@]}" -I "$here/emu" -o "$out" "$here/emu/cuda_emu.cpp"
 echo "built $out"
