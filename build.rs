@@ -68,8 +68,6 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DELTASPEC_PTXAS");
     println!("cargo:rerun-if-env-changed=DELTASPEC_AMD_TARGETS");
     println!("cargo:rerun-if-env-changed=DELTASPEC_HIP_DEFINES");
-    // The host lays weights out as the kernels read them (src/backend/hip/layout.rs).
-    println!("cargo:rustc-env=DELTASPEC_WL_G={}", wl_group());
     let amd = amd_targets();
     let out_dir = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let hip_dir =
@@ -340,8 +338,8 @@ fn experiment_defines() -> Vec<String> {
         .collect()
 }
 
-/// Rows per panel of the int8 GEMV types' weights (`DS_WL_G` in hip/quant.h, `layout::GROUP` on
-/// the host): 32, or `DS_WL_G=<n>` among `$DELTASPEC_HIP_DEFINES` (1: row-major, for comparisons).
+/// Rows per panel of the int8 GEMV types' weights (`DS_WL_G` in hip/quant.h, `kernels::WL_GROUP`
+/// on the host): 32, or `DS_WL_G=<n>` among `$DELTASPEC_HIP_DEFINES` (1: row-major, for comparisons).
 fn wl_group() -> u32 {
     env::var("DELTASPEC_HIP_DEFINES")
         .unwrap_or_default()
@@ -371,6 +369,8 @@ fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {
     s.push_str("];\n");
     writeln!(s, "pub static BUILD_ERROR: Option<&str> = {error:?};").unwrap();
     writeln!(s, "pub static BUILD_NOTE: &str = {note:?};").unwrap();
+    // The host lays weights out as the kernels read them (src/backend/hip/layout.rs).
+    writeln!(s, "pub const WL_GROUP: usize = {};", wl_group()).unwrap();
     let path = out_dir.join("hip_kernels.rs");
     // Rewrite only on change, so dependants are not rebuilt needlessly.
     if std::fs::read_to_string(&path).ok().as_deref() != Some(s.as_str()) {

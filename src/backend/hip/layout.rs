@@ -11,22 +11,10 @@ use crate::tensor::DType;
 /// Values of a row per round: the 32 items of 32 values one warp's lanes take at once.
 pub const ROUND: usize = 1024;
 
-/// Rows per panel: `DS_WL_G`, which build.rs passes to every kernel (1: row-major, rows padded to
-/// whole rounds; `DELTASPEC_HIP_DEFINES=DS_WL_G=1` builds that for comparisons).
-pub const GROUP: usize = parse_group(env!("DELTASPEC_WL_G"));
-
-const fn parse_group(s: &str) -> usize {
-    let b = s.as_bytes();
-    let mut i = 0;
-    let mut v = 0;
-    while i < b.len() {
-        assert!(b[i].is_ascii_digit(), "DELTASPEC_WL_G is a number");
-        v = v * 10 + (b[i] - b'0') as usize;
-        i += 1;
-    }
-    assert!(v > 0, "DELTASPEC_WL_G is at least 1");
-    v
-}
+/// Rows per panel: `DS_WL_G`, which build.rs passes to every kernel and writes into the kernel
+/// table (1: row-major, rows padded to whole rounds; `DELTASPEC_HIP_DEFINES=DS_WL_G=1` builds
+/// that for comparisons).
+pub const GROUP: usize = kernels::WL_GROUP;
 
 /// Device bytes of one round of a row of `dtype`, where `dtype` is stored in panels (`None`:
 /// row-major).
@@ -45,6 +33,17 @@ pub fn panel_bytes(dtype: DType, rows: usize, k: usize) -> Option<usize> {
     let rb = round_bytes(dtype)?;
     kernels::dev_bytes_for(dtype, k)?;
     Some(rows.div_ceil(GROUP) * GROUP * k.div_ceil(ROUND) * rb)
+}
+
+/// The device copy in panels of the row-major device bytes `dev` of a tensor of `dtype` holding
+/// `numel` values in rows of `k`, or `None` where `dtype` stays row-major (or the bytes do not fit
+/// the shape: they stay as they are, for the weight check to report).
+pub fn panels_of(dtype: DType, k: usize, numel: usize, dev: &[u8]) -> Option<Vec<u8>> {
+    let rb = round_bytes(dtype)?;
+    let row_bytes = kernels::dev_bytes_for(dtype, k).filter(|&r| r > 0)?;
+    let rows = dev.len() / row_bytes;
+    (rows * row_bytes == dev.len() && rows * k == numel)
+        .then(|| to_panels(dev, rows, row_bytes, rb, GROUP))
 }
 
 /// The panel copy of the row-major device bytes `dev` of `rows` rows of `row_bytes` bytes, rounds

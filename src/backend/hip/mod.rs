@@ -1154,16 +1154,10 @@ impl Backend for HipBackend {
                 _ => None,
             };
             let dev = relaid.as_deref().unwrap_or(bytes);
-            // The int8 GEMV types in panels (`layout`), after the per-type transforms: those
-            // work on blocks, this moves whole rounds of blocks. (A size that does not fit the
-            // shape stays as it is, for check_weights to report.)
+            // The int8 GEMV types in panels, after the per-type transforms: those work on
+            // blocks, this moves whole rounds of blocks.
             let k = t.shape.last().copied().unwrap_or(0);
-            let panels = layout::round_bytes(t.dtype).and_then(|rb| {
-                let row_bytes = kernels::dev_bytes_for(t.dtype, k).filter(|&r| r > 0)?;
-                let rows = dev.len() / row_bytes;
-                (rows * row_bytes == dev.len() && rows * k == t.numel())
-                    .then(|| layout::to_panels(dev, rows, row_bytes, rb, layout::GROUP))
-            });
+            let panels = layout::panels_of(t.dtype, k, t.numel(), dev);
             let dev = panels.as_deref().unwrap_or(dev);
             let buf = match self.alloc(dev.len()) {
                 Ok(b) => b,
