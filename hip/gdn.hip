@@ -349,6 +349,22 @@ DEV void gdn_log_any(const float* __restrict__ qkv, const float* __restrict__ b,
     }
 }
 
+// The state columns of this block (the register variants' layout, see gdn_regs) hinted into L2
+// before grid_begin. The state was last written by this layer's call of the previous step, so it
+// comes from DRAM, and under PDL the block is often resident during the previous kernel's tail,
+// which then covers that fetch instead of the block's first loads waiting for it. A hint only:
+// the L2 is where every SM's writes meet, so a hinted line can never be stale and no value
+// depends on it. One lane per state row and block: a row's COLS columns share a line.
+template <u32 DK, u32 SPLIT>
+DEV void gdn_state_hint(const float* state, u32 dv) {
+    constexpr u32 COLS = WARP / SPLIT, R = DK / SPLIT;
+    const u32 lane = lane_id(), j = bid_y() * COLS;
+    if (lane % COLS != 0 || j >= dv) return;
+    const float* S = state + (u64)bid_x() * DK * dv + j + (u64)(lane / COLS) * R * dv;
+#pragma unroll
+    for (u32 i = 0; i < R; ++i) prefetch_l2(S + (u64)i * dv);
+}
+
 // The step kernels: gdn_regs for DK != 0, else the generic gdn.
 template <u32 DK, u32 SPLIT>
 DEV void gdn_step(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias,
@@ -366,6 +382,7 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
     name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
          float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
          float q_scale, u32 qs, u32 bs) {                                                            \
+        if constexpr (DK != 0) gdn_state_hint<DK, SPLIT>(state, dv);                                 \
         grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, qs, bs};                          \
         gdn_step<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                               \
@@ -384,6 +401,7 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
     name##_log(const float* qkv, const float* b, const float* a, const float* ssm_a,                 \
                const float* dt_bias, float* state, float* log, float* out, u32 T, u32 nk, u32 nv,    \
                u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {                             \
+        if constexpr (DK != 0) gdn_state_hint<DK, SPLIT>(state, dv);                                 \
         grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, 2 * nk * dk + nv * dv, nv};       \
         if constexpr (DK != 0)                                                                       \

@@ -336,6 +336,11 @@ DEV void qgemv_item(const QItem (&it)[R], const i8* __restrict__ XQ, const float
 // overlaps the previous kernel's tail. No value depends on a hint.
 // A round of 32 items is wl_round_bytes (hip/quant.h): 32 / IPB whole blocks of a row.
 static_assert(WARP == 32, "a round is the 32 items of one warp's lanes");
+// Rounds of each row a warp hints before grid_begin (at least Q::PF): under PDL the warps that
+// are resident during the previous kernel's tail then have that much of their rows on the way.
+#ifndef DS_PF0
+#define DS_PF0 1
+#endif
 
 template <class Q, bool SPLIT>
 DEV void qgemv_deq(const u8* blk, u32 ib, QItem& it) {
@@ -421,8 +426,9 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     constexpr u32 rs = wl_round_stride<Q>();  // bytes a row advances per round of 32 items
     // Weights are never written by a kernel, so they may be hinted before the wait.
     if (m0 < M) {
+        constexpr u32 PF0 = Q::PF > DS_PF0 ? Q::PF : DS_PF0;
 #pragma unroll
-        for (u32 j = 0; j < (Q::PF ? Q::PF : 1); ++j) qgemv_prefetch<Q, R>(wrow, j, nb, lane);
+        for (u32 j = 0; j < PF0; ++j) qgemv_prefetch<Q, R>(wrow, j, nb, lane);
     }
     grid_begin();
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below

@@ -354,6 +354,11 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
 // (the line that also holds the next chunk's first byte is hinted with that chunk). The first
 // PF chunks are hinted at the start. Hints write no register and change no value, so the bits
 // are those of the `f` kernels.
+// Chunks of its tile a block hints before grid_begin in every qmma kernel (experiment knob;
+// default 0: only the `p` kernels hint, their PF chunks).
+#ifndef DS_QPF0
+#define DS_QPF0 0
+#endif
 struct QmPrefetch {
     const u8* row;  // this lane's weight row, or null where it hints nothing
     u32 off;        // its line's byte offset within a chunk
@@ -436,9 +441,11 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     // The butterfly's steps across warps: the upper half of the active warps (residues m ..
     // 2m - 1 at mask m) leave their partials here, 16 residues × 4·TG outputs × 32 lanes.
     __shared__ float red[16 * 4 * TG * WARP];
-    const QmPrefetch pf = qmma_prefetch_lane<P, PF>(W, WU, GLU, m0, M, K, row_bytes, w * WARP + lane);
+    // Chunks hinted before the wait: the `p` kernels' PF, or DS_QPF0 where that is more.
+    constexpr u32 PH = PF > DS_QPF0 ? PF : DS_QPF0;
+    const QmPrefetch pf = qmma_prefetch_lane<P, PH>(W, WU, GLU, m0, M, K, row_bytes, w * WARP + lane);
 #pragma unroll
-    for (u32 c = 0; c < PF; ++c) qmma_prefetch<P, PF>(pf, nb, c);
+    for (u32 c = 0; c < PH; ++c) qmma_prefetch<P, PH>(pf, nb, c);
     grid_begin();  // weights hinted above, before the wait: see hip/common.h
     for (u32 n0 = 0; n0 < N; n0 += 8 * TG) {
         QmGroup grp[TG];
