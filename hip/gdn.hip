@@ -361,7 +361,8 @@ DEV void gdn_state_hint(const float* state, u32 dv) {
     const u32 lane = lane_id(), j = bid_y() * COLS;
     if (lane % COLS != 0 || j >= dv) return;
     const float* S = state + (u64)bid_x() * DK * dv + j + (u64)(lane / COLS) * R * dv;
-#pragma unroll
+    // Rolled because unrolled, ptxas kept the 32 addresses live (gdn_dk128 168 -> 189 registers).
+#pragma unroll 1
     for (u32 i = 0; i < R; ++i) prefetch_l2(S + (u64)i * dv);
 }
 

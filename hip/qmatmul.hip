@@ -426,9 +426,16 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     constexpr u32 rs = wl_round_stride<Q>();  // bytes a row advances per round of 32 items
     // Weights are never written by a kernel, so they may be hinted before the wait.
     if (m0 < M) {
-        constexpr u32 PF0 = Q::PF > DS_PF0 ? Q::PF : DS_PF0;
+        constexpr u32 PF1 = Q::PF ? Q::PF : 1;
 #pragma unroll
-        for (u32 j = 0; j < PF0; ++j) qgemv_prefetch<Q, R>(wrow, j, nb, lane);
+        for (u32 j = 0; j < PF1; ++j) qgemv_prefetch<Q, R>(wrow, j, nb, lane);
+        if constexpr (DS_PF0 > PF1) {
+            // Rolled and bounded by the row's rounds, because unrolled, ptxas kept addresses live
+            // into the loop (qgemv4_iq4_xs_1 64 -> 72 registers, qgemv_q6_k_1 96 -> 114).
+            const u32 rounds = (nb + WARP - 1) / WARP;
+#pragma unroll 1
+            for (u32 j = PF1; j < DS_PF0 && j < rounds; ++j) qgemv_prefetch<Q, R>(wrow, j, nb, lane);
+        }
     }
     grid_begin();
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below
