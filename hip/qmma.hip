@@ -345,6 +345,12 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
     }
 }
 
+// Chunks of its tile a block hints before grid_begin in every qmma kernel (experiment knob;
+// default 0: only the `p` kernels hint, their PF chunks).
+#ifndef DS_QPF0
+#define DS_QPF0 0
+#endif
+
 // L2 prefetch of the weights PF chunks ahead (PF > 0: the `p` kernels, `DELTASPEC_HIP_QMMA_V2=1`).
 // A block's warps together walk chunk c (items 32c .. 32c + 31 of all 16 rows) at about the same
 // time, each loading its few items just before their mma, so every step waits for DRAM (several
@@ -354,11 +360,6 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
 // (the line that also holds the next chunk's first byte is hinted with that chunk). The first
 // PF chunks are hinted at the start. Hints write no register and change no value, so the bits
 // are those of the `f` kernels.
-// Chunks of its tile a block hints before grid_begin in every qmma kernel (experiment knob;
-// default 0: only the `p` kernels hint, their PF chunks).
-#ifndef DS_QPF0
-#define DS_QPF0 0
-#endif
 struct QmPrefetch {
     const u8* row;  // this lane's weight row, or null where it hints nothing
     u32 off;        // its line's byte offset within a chunk
