@@ -355,6 +355,10 @@ DEV void gdn_log_any(const float* __restrict__ qkv, const float* __restrict__ b,
 // which then covers that fetch instead of the block's first loads waiting for it. A hint only:
 // the L2 is where every SM's writes meet, so a hinted line can never be stale and no value
 // depends on it. One lane per state row and block: a row's COLS columns share a line.
+// `DS_GDN_HINT=0` builds without it, for a device A/B.
+#ifndef DS_GDN_HINT
+#define DS_GDN_HINT 1
+#endif
 template <u32 DK, u32 SPLIT>
 DEV void gdn_state_hint(const float* state, u32 dv) {
     constexpr u32 COLS = WARP / SPLIT, R = DK / SPLIT;
@@ -383,7 +387,7 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
     name(const float* qkv, const float* b, const float* a, const float* ssm_a, const float* dt_bias, \
          float* state, float* out, u32 T, u32 nk, u32 nv, u32 dk, u32 dv, u32 tiled, float l2_eps,   \
          float q_scale, u32 qs, u32 bs) {                                                            \
-        if constexpr (DK != 0) gdn_state_hint<DK, SPLIT>(state, dv);                                 \
+        if constexpr (DK != 0 && DS_GDN_HINT) gdn_state_hint<DK, SPLIT>(state, dv);                  \
         grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, qs, bs};                          \
         gdn_step<DK, SPLIT>(qkv, b, a, ssm_a, dt_bias, state, out, p);                               \
@@ -402,7 +406,7 @@ DEV void gdn_step(const float* qkv, const float* b, const float* a, const float*
     name##_log(const float* qkv, const float* b, const float* a, const float* ssm_a,                 \
                const float* dt_bias, float* state, float* log, float* out, u32 T, u32 nk, u32 nv,    \
                u32 dk, u32 dv, u32 tiled, float l2_eps, float q_scale) {                             \
-        if constexpr (DK != 0) gdn_state_hint<DK, SPLIT>(state, dv);                                 \
+        if constexpr (DK != 0 && DS_GDN_HINT) gdn_state_hint<DK, SPLIT>(state, dv);                  \
         grid_begin();                                                                                \
         const GdnArgs p{T, nk, nv, dk, dv, tiled, l2_eps, q_scale, 2 * nk * dk + nv * dv, nv};       \
         if constexpr (DK != 0)                                                                       \
