@@ -387,3 +387,52 @@ DEV void grid_begin() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+
+// Bulk copies from global to shared memory that complete on a shared-memory barrier: on sm_90,
+// the TMA's `cp.async.bulk` (one thread issues a copy of up to a few KiB, the copy engine moves
+// it without registers, and the barrier's phase flips once the bytes it expects have landed),
+// so a block can keep tens of KiB of weights in flight per stage ring. Elsewhere (sm_80, the
+// emulator) the issuing thread copies synchronously, and the kernels' block barrier between
+// issuing a stage and reading it orders the copy (every user issues before a sync_block and
+// reads the stage after one). Sizes and addresses are multiples of 16 bytes.
+#if defined(__NVPTX__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+DEV u32 smem_addr(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+// Thread 0 of the block, before any other thread waits on the barrier (then a sync_block).
+DEV void mbar_init(u64* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// The barrier's current phase completes once `bytes` have landed (one arrival: the issuer's).
+DEV void mbar_expect(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+DEV void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+// Waits until the barrier's phase of parity `parity` has completed.
+DEV void mbar_wait(u64* bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nDS_MBAR_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra DS_MBAR_WAIT;\n}" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+#else
+DEV void mbar_init(u64* bar) { *bar = 0; }
+DEV void mbar_expect(u64*, u32) {}
+DEV void bulk_copy(void* dst, const void* src, u32 bytes, u64*) {
+    u32x4* d = (u32x4*)dst;
+    const u32x4* s = (const u32x4*)src;
+    for (u32 i = 0; i < bytes / 16; ++i) d[i] = s[i];
+}
+DEV void mbar_wait(u64*, u32) {}
+#endif

@@ -735,6 +735,96 @@ DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
     DS_QGEMV1_GLU_P(name, Q, 2)
 DS_QGEMV1_PIPE_TYPE(iq4_xs, IIQ4_XS)
 
+// The staged 1-row gate/up pair: qgemv_glu_<type>_1t<S> (`DELTASPEC_HIP_Q1_GLU=t<S>`). A block
+// owns QT_COLS output columns (2 per warp) and streams its gate and up rows round by round
+// through S shared-memory stages: thread 0 issues each round's two runs of QT_COLS · RB bytes
+// (one bulk copy each where a panel holds the block's rows) and every warp decodes its rows'
+// items from the stage. Why: a register-loading warp keeps only a round or two of its rows in
+// flight, and a single 95 MB read of that kind reaches ~2.8 TB/s at best on an H100 (session
+// 32's probe) against ~3.15 for a copy; the copy engine keeps S rounds of the whole block in
+// flight with no registers, and the first S rounds are requested before grid_begin (weights are
+// never written), so they stream during the previous kernel's tail. Each lane still
+// accumulates items s = lane, lane + 32, ... of each row with the same decode and float steps
+// as the pipelined kernel (deq_raw, qgemv_item_one), then the same warp_sum and silu · up: the
+// same bits as every other 1-row and verify kernel. Mirrored by kernels::Q1_GLU_STAGES and
+// kernels::Q1_STAGED_COLS.
+constexpr u32 QT_COLS = 8;
+template <class Q, u32 S>
+DEV void qgemv_glu_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, const i8* __restrict__ XQ,
+                          const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 K,
+                          u32 M, u64 row_bytes) {
+    static_assert(QT_COLS == 2 * QG_WARPS, "two output columns per warp");
+    constexpr u32 IPB = Q::QK / 32, RB = wl_round_bytes<Q>(), RS = wl_round_stride<Q>();
+    constexpr u32 PIECE = QT_COLS * RB, STAGE = 2 * PIECE;  // one matrix's rows of a round; both
+    static_assert(RB % 16 == 0, "bulk copies move multiples of 16 bytes");
+    // The block's rows of a round are one run when a panel holds them (panels are padded to
+    // whole panels, so the last block's run stays inside the matrix).
+    constexpr bool RUN = WlPanel<Q>::v && DS_WL_G % QT_COLS == 0;
+    constexpr bool SPLIT = Q::SPLIT;
+    alignas(128) __shared__ u8 stage[S][STAGE];
+    __shared__ u64 bar[S];
+    const u32 tid = tid_x(), lane = lane_id(), lc = 2 * (tid / WARP);
+    const u32 c0 = bid_x() * QT_COLS, nb = K / 32, nr = (nb + WARP - 1) / WARP;
+    auto issue = [&](u32 k) {  // round k into stage k % S (thread 0)
+        u64* b = &bar[k % S];
+        mbar_expect(b, STAGE);
+#pragma unroll
+        for (u32 m = 0; m < 2; ++m) {
+            const u8* W = m ? WU : WG;
+            u8* dst = stage[k % S] + m * PIECE;
+            if constexpr (RUN) {
+                bulk_copy(dst, W + wl_row<Q>(c0, K, row_bytes) + (u64)k * RS, PIECE, b);
+            } else {
+                for (u32 r = 0; r < QT_COLS; ++r) {
+                    const u32 j = c0 + r < M ? c0 + r : M - 1;
+                    bulk_copy(dst + r * RB, W + wl_row<Q>(j, K, row_bytes) + (u64)k * RS, RB, b);
+                }
+            }
+        }
+    };
+    if (tid == 0) {
+        for (u32 i = 0; i < S; ++i) mbar_init(&bar[i]);
+        for (u32 k = 0; k < S && k < nr; ++k) issue(k);
+    }
+    sync_block();  // the barriers are initialised before anyone waits on them
+    grid_begin();
+    const u32 ib = lane % IPB;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // gate lc, gate lc + 1, up lc, up lc + 1
+    for (u32 k = 0; k < nr; ++k) {
+        mbar_wait(&bar[k % S], (k / S) & 1);
+        const u32 s = k * WARP + lane;
+        if (s < nb) {
+            const QX x = qgemv_x<Q::NOMIN>(XQ, XD, XS, s);
+            const u8* st = stage[k % S] + (lane / IPB) * Q::QB;
+#pragma unroll
+            for (u32 r = 0; r < 4; ++r) {
+                typename Q::Raw raw;
+                Q::raw(st + (r / 2) * PIECE + (lc + r % 2) * RB, ib, raw);
+                QItem it;
+                Q::template deq_raw<SPLIT>(raw, ib, it);
+                acc[r] = qgemv_item_one<Q::NOMIN, Q::SAME, SPLIT>(it, x, acc[r]);
+            }
+        }
+        sync_block();  // every warp is done with stage k % S before it is refilled
+        if (tid == 0 && k + S < nr) issue(k + S);
+    }
+#pragma unroll
+    for (u32 c = 0; c < 2; ++c) {
+        const float g = warp_sum(acc[c]);
+        const float o = ds_silu(g) * warp_sum(acc[2 + c]);
+        if (lane == 0 && c0 + lc + c < M) Y[c0 + lc + c] = o;
+    }
+}
+#define DS_QGEMV1_GLU_T(name, Q, S)                                                                        \
+    KERNEL(QG_THREADS)                                                                                     \
+    qgemv_glu_##name##_1t##S(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS,   \
+                             float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                               \
+        (void)N;                                                                                           \
+        qgemv_glu_staged<Q, S>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes);                                    \
+    }
+DS_QGEMV1_GLU_T(iq4_xs, IIQ4_XS, 3)
+DS_QGEMV1_GLU_T(iq4_xs, IIQ4_XS, 5)
+
 // Mirrored by kernels::QGEMV_WIDE.
 #define DS_QGEMV_WIDE_TYPE(name, Q) \
     DS_QGEMV_WIDE(name, Q, 8, 4)    \

@@ -8,10 +8,15 @@
 //   matrices (M rows of nr rounds x 544 bytes = 4 blocks of 136), each lane reads its block's
 //   8-byte header and two 8-byte quant words per round, U rounds in flight; blocks per SM limited
 //   by dynamic shared memory.
+// bulk: the same bytes streamed by TMA bulk copies through shared-memory stages (bulk.cuh), a
+//   persistent grid of 132 x blocks/SM; the question is whether it passes the ~2.5-2.9 TB/s the
+//   register-load kernels reach on one 17-95 MB matrix (session 35).
 // Matrices are cycled over a 1 GiB buffer so L2 (50 MB) never holds one from the last launch.
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_runtime.h>
+#include "bulk.cuh"
 
 template <int U, int LAYOUT>
 __global__ void __launch_bounds__(128) rd_plain(const uint4* __restrict__ W, uint32_t* out, int M, int nch) {
@@ -117,6 +122,19 @@ void iq4(uint8_t* base, size_t cap, uint32_t* out, int M, int nr, int bps) {
     printf("R %d U %d M %6d rounds %2d blocks/SM %2d: %7.2f us  %.3f TB/s\n", R, U, M, nr, bps, us, set / us / 1e6);
 }
 
+template <int S, int CH, bool WORK = false>
+void bulk(uint8_t* base, size_t cap, uint32_t* out, size_t bytes) {
+    const size_t nch = bytes / CH, mat = nch * CH;
+    const int smem = S * CH + 128, bps = (227 * 1024) / smem > 4 ? 4 : (227 * 1024) / smem;
+    cudaFuncSetAttribute(rd_bulk<S, CH, WORK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    for (int b = 1; b <= bps; ++b) {
+        const double us = time_us(ncopies(cap, mat), [&](int i) {
+            rd_bulk<S, CH, WORK><<<132 * b, 128, smem>>>(base + i * mat, out, nch);
+        });
+        printf("bulk%s S %2d CH %5d blocks/SM %d bytes %9zu: %7.2f us  %.3f TB/s\n", WORK ? "+work" : "", S, CH, b, mat, us, mat / us / 1e6);
+    }
+}
+
 int main() {
     uint8_t* base;
     const size_t cap = (size_t)1 << 30;
@@ -135,6 +153,21 @@ int main() {
         plain<4, 1>("round-major U4", base, cap, out, M, nch);
         plain<2, 2>("linear U2", base, cap, out, M, nch);
         plain<4, 2>("linear U4", base, cap, out, M, nch);
+    }
+    if (getenv("BULK_ONLY")) {
+        for (size_t bytes : {(size_t)34816 * 2720, (size_t)5120 * 9248, (size_t)5120 * 3264}) {
+            plain<4, 2>("linear U4", base, cap, out, (int)(bytes / 512 / 32), 32);
+            bulk<4, 16384>(base, cap, out, bytes);
+            bulk<6, 16384>(base, cap, out, bytes);
+            bulk<8, 8192>(base, cap, out, bytes);
+            bulk<12, 8192>(base, cap, out, bytes);
+            bulk<4, 32768>(base, cap, out, bytes);
+            bulk<6, 32768>(base, cap, out, bytes);
+            bulk<4, 16384, true>(base, cap, out, bytes);
+            bulk<8, 8192, true>(base, cap, out, bytes);
+        }
+        printf("%s\n", cudaGetErrorString(cudaGetLastError()));
+        return 0;
     }
     for (int bps : {16, 10, 7, 5}) {
         iq4<2, 2>(base, cap, out, 17408, 5, bps);

@@ -303,7 +303,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
                     (Some(v), _) => (
                         "qmatmul",
                         format!("qgemv_glu_{suffix}_{}", v.glu_tag()),
-                        warps, // one gate/up row pair per warp
+                        v.glu_cols(warps),
                         kernels::QGEMV_THREADS,
                     ),
                     (None, Some(r)) => (

@@ -283,65 +283,106 @@ pub const Q1_GLU_UNROLLS: &[u32] = &[1, 2, 4];
 pub const Q1_PIPE_VARIANTS: &[(u32, u32)] = &[(1, 1), (1, 2), (2, 1)];
 pub const Q1_GLU_PIPES: &[u32] = &[1, 2];
 pub const Q1_PIPE_TYPES: &[&str] = &["iq4_xs"];
+/// Stages of the staged 1-row gate/up pair `qgemv_glu_<type>_1t<S>` (`DS_QGEMV1_GLU_T` in
+/// `hip/qmatmul.hip`; [`Q1_PIPE_TYPES`] only): a block streams its rows through S
+/// shared-memory stages filled by bulk copies, [`Q1_STAGED_COLS`] output columns per block.
+pub const Q1_GLU_STAGES: &[u32] = &[3, 5];
+/// Output columns per block of the staged gate/up pair (`QT_COLS`).
+pub const Q1_STAGED_COLS: u64 = 8;
+
+/// How a 1-row variant keeps its loads in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Q1Form {
+    /// `u`: U items in flight per lane, then used with none outstanding.
+    Plain,
+    /// `p`: stages of U rounds, the next loaded while the current one is used.
+    Pipe,
+    /// `t`: the block's rows streamed through U shared-memory stages (gate/up pairs only).
+    Staged,
+}
 
 /// A 1-row int8 GEMV variant: `r` weight rows per warp (2 for a gate/up pair), `u` items in
-/// flight per lane, `pipe` for the pipelined form.
+/// flight per lane (stages for the staged form), and its form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Q1 {
     pub r: u32,
     pub u: u32,
-    pub pipe: bool,
+    pub form: Q1Form,
 }
 
 impl Q1 {
     pub const fn plain(r: u32, u: u32) -> Self {
-        Q1 { r, u, pipe: false }
+        Q1 {
+            r,
+            u,
+            form: Q1Form::Plain,
+        }
     }
     pub const fn pipelined(r: u32, u: u32) -> Self {
-        Q1 { r, u, pipe: true }
+        Q1 {
+            r,
+            u,
+            form: Q1Form::Pipe,
+        }
+    }
+    fn letter(&self) -> char {
+        match self.form {
+            Q1Form::Plain => 'u',
+            Q1Form::Pipe => 'p',
+            Q1Form::Staged => 't',
+        }
     }
     /// The kernel name's suffix of a plain or grouped projection: `1r<R>u<U>` or `1r<R>p<U>`.
     pub fn tag(&self) -> String {
-        format!(
-            "1r{}{}{}",
-            self.r,
-            if self.pipe { 'p' } else { 'u' },
-            self.u
-        )
+        format!("1r{}{}{}", self.r, self.letter(), self.u)
     }
-    /// The gate/up pair's suffix: `1u<U>` or `1p<U>`.
+    /// The gate/up pair's suffix: `1u<U>`, `1p<U>` or `1t<S>`.
     pub fn glu_tag(&self) -> String {
-        format!("1{}{}", if self.pipe { 'p' } else { 'u' }, self.u)
+        format!("1{}{}", self.letter(), self.u)
     }
-    /// Whether the kernels exist for weight type `suffix` (pipelined ones for a few types).
-    pub fn exists_for(&self, suffix: &str) -> bool {
-        !self.pipe || Q1_PIPE_TYPES.contains(&suffix)
+    /// Output columns a block of `warps` warps owns in the gate/up pair's launch.
+    pub fn glu_cols(&self, warps: u64) -> u64 {
+        match self.form {
+            Q1Form::Staged => Q1_STAGED_COLS,
+            _ => warps, // one gate/up row pair per warp
+        }
+    }
+    /// Whether the kernels exist for weight type `suffix` (pipelined and staged ones for a few
+    /// types), as a gate/up pair (`glu`) or a plain projection.
+    pub fn exists_for(&self, suffix: &str, glu: bool) -> bool {
+        match self.form {
+            Q1Form::Plain => true,
+            Q1Form::Pipe => Q1_PIPE_TYPES.contains(&suffix),
+            Q1Form::Staged => glu && Q1_PIPE_TYPES.contains(&suffix),
+        }
     }
 }
 
-/// Parses a 1-row variant `r<R>u<U>` / `r<R>p<U>` (`DELTASPEC_HIP_Q1`) or `u<U>` / `p<U>`
-/// (`DELTASPEC_HIP_Q1_GLU`, `r` then taken as 2) if the kernels exist.
+/// Parses a 1-row variant `r<R>u<U>` / `r<R>p<U>` (`DELTASPEC_HIP_Q1`) or `u<U>` / `p<U>` /
+/// `t<S>` (`DELTASPEC_HIP_Q1_GLU`, `r` then taken as 2) if the kernels exist.
 pub fn parse_q1(v: &str) -> Option<Q1> {
-    let split = |t: &str| -> Option<(bool, u32)> {
-        if let Some(u) = t.strip_prefix('u') {
-            Some((false, u.parse().ok()?))
-        } else {
-            Some((true, t.strip_prefix('p')?.parse().ok()?))
-        }
+    let split = |t: &str| -> Option<(Q1Form, u32)> {
+        let form = match t.chars().next()? {
+            'u' => Q1Form::Plain,
+            'p' => Q1Form::Pipe,
+            't' => Q1Form::Staged,
+            _ => return None,
+        };
+        Some((form, t[1..].parse().ok()?))
     };
-    let (r, (pipe, u)) = match v.strip_prefix('r') {
+    let (r, (form, u)) = match v.strip_prefix('r') {
         Some(rest) => {
             let at = rest.find(['u', 'p'])?;
             (rest[..at].parse().ok()?, split(&rest[at..])?)
         }
         None => (2, split(v)?),
     };
-    let known = if pipe {
-        Q1_PIPE_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_PIPES.contains(&u))
-    } else {
-        Q1_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_UNROLLS.contains(&u))
+    let known = match form {
+        Q1Form::Plain => Q1_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_UNROLLS.contains(&u)),
+        Q1Form::Pipe => Q1_PIPE_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_PIPES.contains(&u)),
+        Q1Form::Staged => r == 2 && Q1_GLU_STAGES.contains(&u),
     };
-    known.then_some(Q1 { r, u, pipe })
+    known.then_some(Q1 { r, u, form })
 }
 /// True for kernels only the PTX targets define.
 pub fn ptx_only(name: &str) -> bool {
@@ -358,6 +399,9 @@ pub fn ptx_only(name: &str) -> bool {
             || Q1_GLU_PIPES
                 .iter()
                 .any(|u| name.ends_with(&format!("_1p{u}")))
+            || Q1_GLU_STAGES
+                .iter()
+                .any(|s| name.ends_with(&format!("_1t{s}")))
     };
     name.starts_with("qmma")
         || name.starts_with("qmmp")
@@ -486,6 +530,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             for u in Q1_GLU_PIPES {
                 v.push(("qmatmul", format!("qgemv_glu_{ty}_1p{u}")));
             }
+            for st in Q1_GLU_STAGES {
+                v.push(("qmatmul", format!("qgemv_glu_{ty}_1t{st}")));
+            }
         }
         // The regrouped Q8_0 layout has dp4a kernels only.
         for nt in QMMA_TILES.iter().filter(|_| *ty != Q8_REGROUPED) {
@@ -548,12 +595,15 @@ mod tests {
 
     #[test]
     fn one_row_variant_names_parse_to_existing_kernels() {
-        let q = |r, u, pipe| Some(Q1 { r, u, pipe });
-        assert_eq!(parse_q1("r1u2"), q(1, 2, false));
-        assert_eq!(parse_q1("r2p1"), q(2, 1, true));
-        assert_eq!(parse_q1("u4"), q(2, 4, false));
-        assert_eq!(parse_q1("p2"), q(2, 2, true));
-        for bad in ["r4p2", "p4", "r1x2", "off", "", "r1", "rp1"] {
+        let q = |r, u, form| Some(Q1 { r, u, form });
+        assert_eq!(parse_q1("r1u2"), q(1, 2, Q1Form::Plain));
+        assert_eq!(parse_q1("r2p1"), q(2, 1, Q1Form::Pipe));
+        assert_eq!(parse_q1("u4"), q(2, 4, Q1Form::Plain));
+        assert_eq!(parse_q1("p2"), q(2, 2, Q1Form::Pipe));
+        assert_eq!(parse_q1("t5"), q(2, 5, Q1Form::Staged));
+        for bad in [
+            "r4p2", "p4", "r1x2", "off", "", "r1", "rp1", "r2t5", "t4", "t",
+        ] {
             assert_eq!(parse_q1(bad), None, "{bad}");
         }
         let v = parse_q1("r1p2").unwrap();
@@ -561,8 +611,17 @@ mod tests {
             (v.tag(), v.glu_tag()),
             ("1r1p2".to_string(), "1p2".to_string())
         );
-        assert!(v.exists_for("iq4_xs") && !v.exists_for("q6_k"));
-        assert!(Q1::plain(1, 2).exists_for("q6_k"));
+        assert!(v.exists_for("iq4_xs", false) && !v.exists_for("q6_k", false));
+        assert!(Q1::plain(1, 2).exists_for("q6_k", false));
+        // The staged form is a gate/up pair only, with its own columns per block.
+        let t = parse_q1("t3").unwrap();
+        assert!(t.exists_for("iq4_xs", true) && !t.exists_for("iq4_xs", false));
+        assert!(!t.exists_for("q8_0", true));
+        assert_eq!(
+            (t.glu_tag(), t.glu_cols(4)),
+            ("1t3".to_string(), Q1_STAGED_COLS)
+        );
+        assert_eq!(v.glu_cols(4), 4);
         // Every name a variant produces is a kernel of the table, and only on PTX targets.
         let names = kernel_names();
         for ty in Q1_PIPE_TYPES {
@@ -572,6 +631,13 @@ mod tests {
             }
             for u in Q1_GLU_PIPES {
                 let n = format!("qgemv_glu_{ty}_{}", Q1::pipelined(2, *u).glu_tag());
+                assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
+            }
+            for st in Q1_GLU_STAGES {
+                let n = format!(
+                    "qgemv_glu_{ty}_{}",
+                    parse_q1(&format!("t{st}")).unwrap().glu_tag()
+                );
                 assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
             }
         }

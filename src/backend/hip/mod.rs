@@ -725,7 +725,7 @@ impl HipBackend {
                 _ => self.q1_plain,
             }
         };
-        v.filter(|v| v.exists_for(suffix))
+        v.filter(|v| v.exists_for(suffix, glu))
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
