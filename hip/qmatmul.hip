@@ -735,27 +735,29 @@ DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
     DS_QGEMV1_GLU_P(name, Q, 2)
 DS_QGEMV1_PIPE_TYPE(iq4_xs, IIQ4_XS)
 
-// The staged 1-row gate/up pair: qgemv_glu_<type>_1t<S> (`DELTASPEC_HIP_Q1_GLU=t<S>`). A block
-// owns QT_COLS output columns (2 per warp) and streams its gate and up rows round by round
-// through S shared-memory stages: thread 0 issues each round's two runs of QT_COLS · RB bytes
-// (one bulk copy each where a panel holds the block's rows) and every warp decodes its rows'
-// items from the stage. Why: a register-loading warp keeps only a round or two of its rows in
-// flight, and a single 95 MB read of that kind reaches ~2.8 TB/s at best on an H100 (session
-// 32's probe) against ~3.15 for a copy; the copy engine keeps S rounds of the whole block in
-// flight with no registers, and the first S rounds are requested before grid_begin (weights are
-// never written), so they stream during the previous kernel's tail. Each lane still
-// accumulates items s = lane, lane + 32, ... of each row with the same decode and float steps
-// as the pipelined kernel (deq_raw, qgemv_item_one), then the same warp_sum and silu · up: the
-// same bits as every other 1-row and verify kernel. Mirrored by kernels::Q1_GLU_STAGES and
-// kernels::Q1_STAGED_COLS.
+// The staged 1-row kernels: qgemv_<type>_1t<S> and the gate/up pair qgemv_glu_<type>_1t<S>
+// (`DELTASPEC_HIP_Q1_SMALL=t<S>`, `DELTASPEC_HIP_Q1_GLU=t<S>`). A block owns QT_COLS output
+// rows (columns of the pair), 2 per warp, and streams its weight rows round by round through S
+// shared-memory stages: thread 0 issues each round's run of QT_COLS · RB bytes per matrix (one
+// bulk copy where a panel holds the block's rows) and every warp decodes its rows' items from
+// the stage. Why: a register-loading warp keeps only a round or two of its rows in flight, and
+// a single 95 MB read of that kind reaches ~2.8 TB/s at best on an H100 (session 32's probe)
+// against ~3.15 for a copy; the copy engine keeps S rounds of the whole block in flight with no
+// registers, and the first S rounds are requested before grid_begin (weights are never
+// written), so they stream during the previous kernel's tail. Each lane still accumulates
+// items s = lane, lane + 32, ... of each row with the same decode and float steps as the
+// pipelined kernel (deq_raw, qgemv_item_one), then the same warp_sum (and silu · up): the same
+// bits as every other 1-row and verify kernel. Mirrored by kernels::Q1_STAGES and
+// kernels::Q1_STAGED_ROWS.
 constexpr u32 QT_COLS = 8;
-template <class Q, u32 S>
-DEV void qgemv_glu_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, const i8* __restrict__ XQ,
-                          const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 K,
-                          u32 M, u64 row_bytes) {
-    static_assert(QT_COLS == 2 * QG_WARPS, "two output columns per warp");
+template <class Q, u32 S, bool GLU>
+DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, const i8* __restrict__ XQ,
+                      const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 K,
+                      u32 M, u64 row_bytes) {
+    static_assert(QT_COLS == 2 * QG_WARPS, "two output rows per warp");
     constexpr u32 IPB = Q::QK / 32, RB = wl_round_bytes<Q>(), RS = wl_round_stride<Q>();
-    constexpr u32 PIECE = QT_COLS * RB, STAGE = 2 * PIECE;  // one matrix's rows of a round; both
+    constexpr u32 MATS = GLU ? 2 : 1, RW = 2 * MATS;  // matrices; weight rows per warp
+    constexpr u32 PIECE = QT_COLS * RB, STAGE = MATS * PIECE;  // one matrix's rows of a round; all
     static_assert(RB % 16 == 0, "bulk copies move multiples of 16 bytes");
     // The block's rows of a round are one run when a panel holds them (panels are padded to
     // whole panels, so the last block's run stays inside the matrix).
@@ -769,7 +771,7 @@ DEV void qgemv_glu_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, 
         u64* b = &bar[k % S];
         mbar_expect(b, STAGE);
 #pragma unroll
-        for (u32 m = 0; m < 2; ++m) {
+        for (u32 m = 0; m < MATS; ++m) {
             const u8* W = m ? WU : WG;
             u8* dst = stage[k % S] + m * PIECE;
             if constexpr (RUN) {
@@ -789,7 +791,9 @@ DEV void qgemv_glu_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, 
     sync_block();  // the barriers are initialised before anyone waits on them
     grid_begin();
     const u32 ib = lane % IPB;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // gate lc, gate lc + 1, up lc, up lc + 1
+    float acc[RW];  // row lc, lc + 1 (of the gate, then of the up matrix)
+#pragma unroll
+    for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f;
     for (u32 k = 0; k < nr; ++k) {
         mbar_wait(&bar[k % S], (k / S) & 1);
         const u32 s = k * WARP + lane;
@@ -797,7 +801,7 @@ DEV void qgemv_glu_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, 
             const QX x = qgemv_x<Q::NOMIN>(XQ, XD, XS, s);
             const u8* st = stage[k % S] + (lane / IPB) * Q::QB;
 #pragma unroll
-            for (u32 r = 0; r < 4; ++r) {
+            for (u32 r = 0; r < RW; ++r) {
                 typename Q::Raw raw;
                 Q::raw(st + (r / 2) * PIECE + (lc + r % 2) * RB, ib, raw);
                 QItem it;
@@ -810,20 +814,26 @@ DEV void qgemv_glu_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, 
     }
 #pragma unroll
     for (u32 c = 0; c < 2; ++c) {
-        const float g = warp_sum(acc[c]);
-        const float o = ds_silu(g) * warp_sum(acc[2 + c]);
+        const float v = warp_sum(acc[c]);
+        const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? 2 + c : c]) : v;
         if (lane == 0 && c0 + lc + c < M) Y[c0 + lc + c] = o;
     }
 }
-#define DS_QGEMV1_GLU_T(name, Q, S)                                                                        \
+#define DS_QGEMV1_T(name, Q, S)                                                                            \
+    KERNEL(QG_THREADS)                                                                                     \
+    qgemv_##name##_1t##S(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N,      \
+                         u32 K, u32 M, u64 row_bytes) {                                                    \
+        (void)N;                                                                                           \
+        qgemv_staged<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes);                             \
+    }                                                                                                      \
     KERNEL(QG_THREADS)                                                                                     \
     qgemv_glu_##name##_1t##S(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS,   \
                              float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                               \
         (void)N;                                                                                           \
-        qgemv_glu_staged<Q, S>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes);                                    \
+        qgemv_staged<Q, S, true>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes);                                  \
     }
-DS_QGEMV1_GLU_T(iq4_xs, IIQ4_XS, 3)
-DS_QGEMV1_GLU_T(iq4_xs, IIQ4_XS, 5)
+DS_QGEMV1_T(iq4_xs, IIQ4_XS, 3)
+DS_QGEMV1_T(iq4_xs, IIQ4_XS, 5)
 
 // Mirrored by kernels::QGEMV_WIDE.
 #define DS_QGEMV_WIDE_TYPE(name, Q) \

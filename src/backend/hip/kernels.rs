@@ -283,12 +283,21 @@ pub const Q1_GLU_UNROLLS: &[u32] = &[1, 2, 4];
 pub const Q1_PIPE_VARIANTS: &[(u32, u32)] = &[(1, 1), (1, 2), (2, 1)];
 pub const Q1_GLU_PIPES: &[u32] = &[1, 2];
 pub const Q1_PIPE_TYPES: &[&str] = &["iq4_xs"];
-/// Stages of the staged 1-row gate/up pair `qgemv_glu_<type>_1t<S>` (`DS_QGEMV1_GLU_T` in
-/// `hip/qmatmul.hip`; [`Q1_PIPE_TYPES`] only): a block streams its rows through S
-/// shared-memory stages filled by bulk copies, [`Q1_STAGED_COLS`] output columns per block.
-pub const Q1_GLU_STAGES: &[u32] = &[3, 5];
-/// Output columns per block of the staged gate/up pair (`QT_COLS`).
-pub const Q1_STAGED_COLS: u64 = 8;
+/// Stages of the staged 1-row kernels `qgemv_<type>_1t<S>` and `qgemv_glu_<type>_1t<S>`
+/// (`DS_QGEMV1_T` in `hip/qmatmul.hip`; [`Q1_PIPE_TYPES`] only, no grouped `qgemv4` form): a
+/// block streams its rows through S shared-memory stages filled by bulk copies,
+/// [`Q1_STAGED_ROWS`] output rows (columns of a gate/up pair) per block.
+pub const Q1_STAGES: &[u32] = &[3, 5];
+/// Output rows per block of the staged kernels (`QT_COLS`).
+pub const Q1_STAGED_ROWS: u64 = 8;
+
+/// Where a 1-row variant would run: a gate/up pair, a single projection or a fused group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Q1Use {
+    Glu,
+    Single,
+    Group,
+}
 
 /// How a 1-row variant keeps its loads in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,7 +306,7 @@ pub enum Q1Form {
     Plain,
     /// `p`: stages of U rounds, the next loaded while the current one is used.
     Pipe,
-    /// `t`: the block's rows streamed through U shared-memory stages (gate/up pairs only).
+    /// `t`: the block's rows streamed through U shared-memory stages (no grouped form).
     Staged,
 }
 
@@ -332,28 +341,33 @@ impl Q1 {
             Q1Form::Staged => 't',
         }
     }
-    /// The kernel name's suffix of a plain or grouped projection: `1r<R>u<U>` or `1r<R>p<U>`.
+    /// The kernel name's suffix of a plain or grouped projection: `1r<R>u<U>`, `1r<R>p<U>` or
+    /// (single projections only) `1t<S>`.
     pub fn tag(&self) -> String {
-        format!("1r{}{}{}", self.r, self.letter(), self.u)
+        match self.form {
+            Q1Form::Staged => self.glu_tag(),
+            _ => format!("1r{}{}{}", self.r, self.letter(), self.u),
+        }
     }
     /// The gate/up pair's suffix: `1u<U>`, `1p<U>` or `1t<S>`.
     pub fn glu_tag(&self) -> String {
         format!("1{}{}", self.letter(), self.u)
     }
-    /// Output columns a block of `warps` warps owns in the gate/up pair's launch.
-    pub fn glu_cols(&self, warps: u64) -> u64 {
+    /// Output rows (columns of a gate/up pair) a block of `warps` warps owns.
+    pub fn block_rows(&self, warps: u64, glu: bool) -> u64 {
         match self.form {
-            Q1Form::Staged => Q1_STAGED_COLS,
-            _ => warps, // one gate/up row pair per warp
+            Q1Form::Staged => Q1_STAGED_ROWS,
+            _ if glu => warps, // one gate/up row pair per warp
+            _ => u64::from(self.r) * warps,
         }
     }
     /// Whether the kernels exist for weight type `suffix` (pipelined and staged ones for a few
-    /// types), as a gate/up pair (`glu`) or a plain projection.
-    pub fn exists_for(&self, suffix: &str, glu: bool) -> bool {
+    /// types; staged ones not as a fused group).
+    pub fn exists_for(&self, suffix: &str, at: Q1Use) -> bool {
         match self.form {
             Q1Form::Plain => true,
             Q1Form::Pipe => Q1_PIPE_TYPES.contains(&suffix),
-            Q1Form::Staged => glu && Q1_PIPE_TYPES.contains(&suffix),
+            Q1Form::Staged => at != Q1Use::Group && Q1_PIPE_TYPES.contains(&suffix),
         }
     }
 }
@@ -380,7 +394,7 @@ pub fn parse_q1(v: &str) -> Option<Q1> {
     let known = match form {
         Q1Form::Plain => Q1_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_UNROLLS.contains(&u)),
         Q1Form::Pipe => Q1_PIPE_VARIANTS.contains(&(r, u)) || (r == 2 && Q1_GLU_PIPES.contains(&u)),
-        Q1Form::Staged => r == 2 && Q1_GLU_STAGES.contains(&u),
+        Q1Form::Staged => r == 2 && Q1_STAGES.contains(&u),
     };
     known.then_some(Q1 { r, u, form })
 }
@@ -399,9 +413,7 @@ pub fn ptx_only(name: &str) -> bool {
             || Q1_GLU_PIPES
                 .iter()
                 .any(|u| name.ends_with(&format!("_1p{u}")))
-            || Q1_GLU_STAGES
-                .iter()
-                .any(|s| name.ends_with(&format!("_1t{s}")))
+            || Q1_STAGES.iter().any(|s| name.ends_with(&format!("_1t{s}")))
     };
     name.starts_with("qmma")
         || name.starts_with("qmmp")
@@ -530,7 +542,8 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             for u in Q1_GLU_PIPES {
                 v.push(("qmatmul", format!("qgemv_glu_{ty}_1p{u}")));
             }
-            for st in Q1_GLU_STAGES {
+            for st in Q1_STAGES {
+                v.push(("qmatmul", format!("qgemv_{ty}_1t{st}")));
                 v.push(("qmatmul", format!("qgemv_glu_{ty}_1t{st}")));
             }
         }
@@ -611,17 +624,21 @@ mod tests {
             (v.tag(), v.glu_tag()),
             ("1r1p2".to_string(), "1p2".to_string())
         );
-        assert!(v.exists_for("iq4_xs", false) && !v.exists_for("q6_k", false));
-        assert!(Q1::plain(1, 2).exists_for("q6_k", false));
-        // The staged form is a gate/up pair only, with its own columns per block.
+        assert!(v.exists_for("iq4_xs", Q1Use::Group) && !v.exists_for("q6_k", Q1Use::Single));
+        assert!(Q1::plain(1, 2).exists_for("q6_k", Q1Use::Group));
+        // The staged form has no grouped kernel, and its own rows per block.
         let t = parse_q1("t3").unwrap();
-        assert!(t.exists_for("iq4_xs", true) && !t.exists_for("iq4_xs", false));
-        assert!(!t.exists_for("q8_0", true));
+        assert!(t.exists_for("iq4_xs", Q1Use::Glu) && t.exists_for("iq4_xs", Q1Use::Single));
+        assert!(!t.exists_for("iq4_xs", Q1Use::Group) && !t.exists_for("q8_0", Q1Use::Glu));
         assert_eq!(
-            (t.glu_tag(), t.glu_cols(4)),
-            ("1t3".to_string(), Q1_STAGED_COLS)
+            (t.tag(), t.glu_tag()),
+            ("1t3".to_string(), "1t3".to_string())
         );
-        assert_eq!(v.glu_cols(4), 4);
+        assert_eq!(
+            (t.block_rows(4, true), t.block_rows(4, false)),
+            (Q1_STAGED_ROWS, Q1_STAGED_ROWS)
+        );
+        assert_eq!((v.block_rows(4, true), v.block_rows(4, false)), (4, 4));
         // Every name a variant produces is a kernel of the table, and only on PTX targets.
         let names = kernel_names();
         for ty in Q1_PIPE_TYPES {
@@ -633,12 +650,14 @@ mod tests {
                 let n = format!("qgemv_glu_{ty}_{}", Q1::pipelined(2, *u).glu_tag());
                 assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
             }
-            for st in Q1_GLU_STAGES {
-                let n = format!(
-                    "qgemv_glu_{ty}_{}",
-                    parse_q1(&format!("t{st}")).unwrap().glu_tag()
-                );
-                assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
+            for st in Q1_STAGES {
+                let t = parse_q1(&format!("t{st}")).unwrap();
+                for n in [
+                    format!("qgemv_{ty}_{}", t.tag()),
+                    format!("qgemv_glu_{ty}_{}", t.glu_tag()),
+                ] {
+                    assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");
+                }
             }
         }
     }

@@ -966,18 +966,22 @@ pub(super) fn qgemv(
         Some(nt) => be.mma_launch("qmma", suffix, nt, n, env.graph.rows_match_decode),
         None => {
             let nt = kernels::qgemv_tile(n);
-            let (name, rows) = match (be.q1_variant(n, false, m, suffix), qgemv_wide(be, nt)) {
-                (Some(v), _) => (format!("qgemv_{suffix}_{}", v.tag()), v.r),
-                (None, Some(r)) => (format!("qgemv_{suffix}_{nt}x{r}"), r),
-                (None, None) => (format!("qgemv_{suffix}_{nt}"), kernels::qgemv_rows(nt)),
+            let warps = u64::from(kernels::QGEMV_THREADS / 32);
+            let (name, rows_per_block) = match (
+                be.q1_variant(n, kernels::Q1Use::Single, m, suffix),
+                qgemv_wide(be, nt),
+            ) {
+                (Some(v), _) => (
+                    format!("qgemv_{suffix}_{}", v.tag()),
+                    v.block_rows(warps, false),
+                ),
+                (None, Some(r)) => (format!("qgemv_{suffix}_{nt}x{r}"), u64::from(r) * warps),
+                (None, None) => (
+                    format!("qgemv_{suffix}_{nt}"),
+                    u64::from(kernels::qgemv_rows(nt)) * warps,
+                ),
             };
-            (
-                "qmatmul",
-                name,
-                u64::from(rows * (kernels::QGEMV_THREADS / 32)),
-                kernels::QGEMV_THREADS,
-                1,
-            )
+            ("qmatmul", name, rows_per_block, kernels::QGEMV_THREADS, 1)
         }
     };
     launch(

@@ -702,14 +702,20 @@ impl HipBackend {
             .filter(|_| self.qmma_glu && n >= QMMA_MIN_ROWS)
     }
 
-    /// The 1-row int8 GEMV variant for `n` input rows, for a gate/up pair (`glu`) or
-    /// plain/grouped projections of `m` weight rows in all, where one is chosen and exists for
-    /// this weight type here. Every variant accumulates in the same order (bit-identical).
-    fn q1_variant(&self, n: usize, glu: bool, m: usize, suffix: &str) -> Option<kernels::Q1> {
+    /// The 1-row int8 GEMV variant for `n` input rows, for a gate/up pair, a single projection
+    /// or a fused group (`at`) of `m` weight rows in all, where one is chosen and exists for
+    /// this weight type there. Every variant accumulates in the same order (bit-identical).
+    fn q1_variant(
+        &self,
+        n: usize,
+        at: kernels::Q1Use,
+        m: usize,
+        suffix: &str,
+    ) -> Option<kernels::Q1> {
         if n != 1 || self.drv.api() != Api::Cuda {
             return None;
         }
-        let v = if glu {
+        let v = if at == kernels::Q1Use::Glu {
             // IQ4_XS pairs default to the pipelined kernel with stages of 2 rounds (`1p2`):
             // 6.956 / 6.956 ms a 27B step on an H100 against 7.053 / 7.053 for `1u2` (2 items
             // in flight, then used with none outstanding), `1p1` 7.029 / 7.026 (session 32,
@@ -725,7 +731,7 @@ impl HipBackend {
                 _ => self.q1_plain,
             }
         };
-        v.filter(|v| v.exists_for(suffix, glu))
+        v.filter(|v| v.exists_for(suffix, at))
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
