@@ -392,9 +392,9 @@ DEV void grid_begin() {
 // the TMA's `cp.async.bulk` (one thread issues a copy of up to a few KiB, the copy engine moves
 // it without registers, and the barrier's phase flips once the bytes it expects have landed),
 // so a block can keep tens of KiB of weights in flight per stage ring. Elsewhere (sm_80, the
-// emulator) the issuing thread copies synchronously, and the kernels' block barrier between
-// issuing a stage and reading it orders the copy (every user issues before a sync_block and
-// reads the stage after one). Sizes and addresses are multiples of 16 bytes.
+// emulator) the issuing thread copies synchronously and mbar_wait is a block barrier, which
+// orders that copy before every read of the stage: so every thread of the block must call
+// mbar_wait at the same points. Sizes and addresses are multiples of 16 bytes.
 #if defined(__NVPTX__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 DEV u32 smem_addr(const void* p) {
     u64 a;
@@ -434,5 +434,5 @@ DEV void bulk_copy(void* dst, const void* src, u32 bytes, u64*) {
     const u32x4* s = (const u32x4*)src;
     for (u32 i = 0; i < bytes / 16; ++i) d[i] = s[i];
 }
-DEV void mbar_wait(u64*, u32) {}
+DEV void mbar_wait(u64*, u32) { sync_block(); }
 #endif

@@ -809,8 +809,10 @@ DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, cons
                 acc[r] = qgemv_item_one<Q::NOMIN, Q::SAME, SPLIT>(it, x, acc[r]);
             }
         }
-        sync_block();  // every warp is done with stage k % S before it is refilled
-        if (tid == 0 && k + S < nr) issue(k + S);
+        if (k + S < nr) {  // (the same for the whole block)
+            sync_block();  // every warp is done with stage k % S before it is refilled
+            if (tid == 0) issue(k + S);
+        }
     }
 #pragma unroll
     for (u32 c = 0; c < 2; ++c) {

@@ -3,7 +3,8 @@
 // cp.async.bulk (one elected thread issues, an mbarrier per stage counts the bytes), and every
 // thread reading the stage back from shared memory, as a GEMV that decodes from shared memory
 // would. Chunks are dealt round-robin (chunk c to block c % grid), so concurrent blocks read
-// neighbouring chunks.
+// neighbouring chunks. The primitives mirror hip/common.h's bulk_copy / mbar_* (that header is
+// written for clang, this probe is built with the machine's nvcc).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
