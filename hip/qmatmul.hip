@@ -402,6 +402,46 @@ struct QConvFold<IQ5_K> {
     static constexpr bool v = false;
 };
 
+// Output o of weight row j and input row n: into Y[N, M], or into segment 0's query/gate halves
+// (QSplit) where sp.half != 0 (the caller keeps that to tiles of at most QSPLIT_MAX_NT rows).
+DEV void qgemv_store(float* __restrict__ Y, const QSplit& sp, u32 M, u32 n, u32 j, float o) {
+    if (sp.half != 0) {
+        const u32 w = 2 * sp.half, c = j % w;
+        float* h = c < sp.half ? sp.a : sp.b;
+        h[(u64)n * (M / 2) + (j / w) * sp.half + c % sp.half] = o;
+    } else {
+        Y[(u64)n * M + j] = o;
+    }
+}
+
+// The folded conv's update of channel `row` with its projection o (QConv).
+DEV void qgemv_conv_row(const QConv& cv, u32 row, float o) {
+    // The channel and C through an empty asm: the addresses are then computed here, not
+    // hoisted above the K loop as invariants (8 more registers held through it).
+    u32 C = cv.C;
+    opaque_u32(C);
+    opaque_u32(row);
+    const u64 c = row;
+    const float* w = cv.w + c * 4;
+    float* st = cv.state + c;
+    const float h0 = st[0], h1 = st[C], h2 = st[2 * (u64)C];
+    cv.y[c] = conv4_silu(w[0], w[1], w[2], w[3], h0, h1, h2, o);
+    st[0] = h1;
+    st[C] = h2;
+    st[2 * (u64)C] = o;
+}
+
+// A folded conv's taps and window hinted into L2 (lane r < rows: channel m0 + r), so the loads
+// at the end find them there (loaded early, they held 8 more registers through the loop).
+DEV void qgemv_conv_hint(const QConv& cv, u32 m0, u32 rows, u32 M, u32 lane) {
+    if (lane < rows && m0 + lane < M) {
+        const u64 c = m0 + lane;
+        prefetch_l2(cv.w + c * 4);
+#pragma unroll
+        for (u32 i = 0; i < 3; ++i) prefetch_l2(cv.state + i * (u64)cv.C + c);
+    }
+}
+
 // The rows of warp `wi`. Plain (GLU = false): weight rows [wi·R, wi·R + R) of W into Y[N, M].
 // GLU: the warp owns R / 2 output columns j and decodes gate row j of W and up row j of WU
 // together, writing silu(gate) · up (the swiglu kernel's float operations on the same sums, so
@@ -439,16 +479,9 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     }
     grid_begin();
     if (m0 >= M) return;  // the whole warp: no block-wide barrier below
-    // A folded conv: lane r < RO hints row m0 + r's taps and window into L2 now, so the loads at
-    // the end find them there (loaded here, they held 8 more registers through the loop).
     constexpr bool CONV = NT == 1 && !GLU && QConvFold<Q>::v;
     if constexpr (CONV) {
-        if (conv && lane < RO && m0 + lane < M) {
-            const u64 c = m0 + lane;
-            prefetch_l2(cv.w + c * 4);
-#pragma unroll
-            for (u32 i = 0; i < 3; ++i) prefetch_l2(cv.state + i * (u64)cv.C + c);
-        }
+        if (conv) qgemv_conv_hint(cv, m0, RO, M, lane);
     }
     for (u32 n0 = 0; n0 < N; n0 += NT) {
         u32 xrow[NT];
@@ -556,13 +589,8 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 const float v = warp_sum(acc[r][t]);
                 const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? r + RO : r][t]) : v;
                 if (lane == 0 && m0 + r < M && n0 + t < N) {
-                    if (!GLU && NT <= QSPLIT_MAX_NT && sp.half != 0) {
-                        const u32 j = m0 + r, w = 2 * sp.half, c = j % w;
-                        float* h = c < sp.half ? sp.a : sp.b;
-                        h[(u64)(n0 + t) * (M / 2) + (j / w) * sp.half + c % sp.half] = o;
-                    } else {
-                        Y[(u64)(n0 + t) * M + m0 + r] = o;
-                    }
+                    constexpr bool HALVES = !GLU && NT <= QSPLIT_MAX_NT;
+                    qgemv_store(Y, HALVES ? sp : QSplit{nullptr, nullptr, 0}, M, n0 + t, m0 + r, o);
                 }
                 if (t == 0) out[r] = o;
             }
@@ -572,19 +600,7 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
                 float o = out[0];
 #pragma unroll
                 for (u32 r = 1; r < RO; ++r) o = lane == r ? out[r] : o;
-                // The channel and C through an empty asm: the addresses are then computed here,
-                // not hoisted above the K loop as invariants (8 more registers held through it).
-                u32 C = cv.C, row = m0 + lane;
-                opaque_u32(C);
-                opaque_u32(row);
-                const u64 c = row;
-                const float* w = cv.w + c * 4;
-                float* st = cv.state + c;
-                const float h0 = st[0], h1 = st[C], h2 = st[2 * (u64)C];
-                cv.y[c] = conv4_silu(w[0], w[1], w[2], w[3], h0, h1, h2, o);
-                st[0] = h1;
-                st[C] = h2;
-                st[2 * (u64)C] = o;
+                qgemv_conv_row(cv, m0 + lane, o);
             }
         }
     }
@@ -753,7 +769,8 @@ constexpr u32 QT_COLS = 8;
 template <class Q, u32 S, bool GLU>
 DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, const i8* __restrict__ XQ,
                       const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 K,
-                      u32 M, u64 row_bytes) {
+                      u32 M, u64 row_bytes, u32 b, QConv cv = QConv{nullptr, nullptr, nullptr, 0},
+                      bool conv = false, QSplit sp = QSplit{nullptr, nullptr, 0}) {
     static_assert(QT_COLS == 2 * QG_WARPS, "two output rows per warp");
     constexpr u32 IPB = Q::QK / 32, RB = wl_round_bytes<Q>(), RS = wl_round_stride<Q>();
     constexpr u32 MATS = GLU ? 2 : 1, RW = 2 * MATS;  // matrices; weight rows per warp
@@ -766,7 +783,7 @@ DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, cons
     alignas(128) __shared__ u8 stage[S][STAGE];
     __shared__ u64 bar[S];
     const u32 tid = tid_x(), lane = lane_id(), lc = 2 * (tid / WARP);
-    const u32 c0 = bid_x() * QT_COLS, nb = K / 32, nr = (nb + WARP - 1) / WARP;
+    const u32 c0 = b * QT_COLS, nb = K / 32, nr = (nb + WARP - 1) / WARP;
     auto issue = [&](u32 k) {  // round k into stage k % S (thread 0)
         u64* b = &bar[k % S];
         mbar_expect(b, STAGE);
@@ -790,6 +807,10 @@ DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, cons
     }
     sync_block();  // the barriers are initialised before anyone waits on them
     grid_begin();
+    constexpr bool CONV = !GLU && QConvFold<Q>::v;
+    if constexpr (CONV) {
+        if (conv) qgemv_conv_hint(cv, c0 + lc, 2, M, lane);
+    }
     const u32 ib = lane % IPB;
     float acc[RW];  // row lc, lc + 1 (of the gate, then of the up matrix)
 #pragma unroll
@@ -814,25 +835,66 @@ DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, cons
             if (tid == 0) issue(k + S);
         }
     }
+    float out[2];
 #pragma unroll
     for (u32 c = 0; c < 2; ++c) {
         const float v = warp_sum(acc[c]);
         const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? 2 + c : c]) : v;
-        if (lane == 0 && c0 + lc + c < M) Y[c0 + lc + c] = o;
+        if (lane == 0 && c0 + lc + c < M) qgemv_store(Y, sp, M, 0, c0 + lc + c, o);
+        out[c] = o;
     }
+    if constexpr (CONV) {
+        // Every lane holds both rows' outputs (warp_sum's butterfly); lane c updates row lc + c.
+        if (conv && lane < 2 && c0 + lc + lane < M) qgemv_conv_row(cv, c0 + lc + lane, lane ? out[1] : out[0]);
+    }
+}
+
+// The staged kernel over up to four segments of one activation row (qgemv_seg's grouping with
+// QT_COLS rows a block): the qkv segment's folded conv and the query/gate halves included.
+template <class Q, u32 S>
+DEV void qgemv_staged_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,
+                          float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD,
+                          const float* XS, u32 K, u64 row_bytes, const float* CW, float* CS, float* CY, float* SA,
+                          float* SB, u32 SH) {
+    u32 b = bid_x();
+    const u8* W = W0;
+    float* Y = Y0;
+    u32 M = M0;
+    const u32 b0 = (M0 + QT_COLS - 1) / QT_COLS, b1 = (M1 + QT_COLS - 1) / QT_COLS,
+              b2 = (M2 + QT_COLS - 1) / QT_COLS;
+    const bool conv = CW != nullptr && b < b0;
+    const u32 half = b < b0 ? SH : 0u;
+    if (b >= b0) {
+        b -= b0, W = W1, Y = Y1, M = M1;
+        if (b >= b1) {
+            b -= b1, W = W2, Y = Y2, M = M2;
+            if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
+        }
+    }
+    qgemv_staged<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes, b, QConv{CW, CS, CY, M0}, conv,
+                              QSplit{SA, SB, half});
 }
 #define DS_QGEMV1_T(name, Q, S)                                                                            \
     KERNEL(QG_THREADS)                                                                                     \
     qgemv_##name##_1t##S(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N,      \
                          u32 K, u32 M, u64 row_bytes) {                                                    \
         (void)N;                                                                                           \
-        qgemv_staged<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes);                             \
+        qgemv_staged<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes, bid_x());                    \
+    }                                                                                                      \
+    KERNEL(QG_THREADS)                                                                                     \
+    qgemv4_##name##_1t##S(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,  \
+                          float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, \
+                          const float* XS, u32 N, u32 K, u64 row_bytes, const float* CW, float* CS,       \
+                          float* CY, float* SA, float* SB, u32 SH) {                                      \
+        (void)N;                                                                                           \
+        qgemv_staged_seg<Q, S>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, XQ, XD, XS, K, row_bytes, CW, \
+                               CS, CY, SA, SB, SH);                                                        \
     }                                                                                                      \
     KERNEL(QG_THREADS)                                                                                     \
     qgemv_glu_##name##_1t##S(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS,   \
                              float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                               \
         (void)N;                                                                                           \
-        qgemv_staged<Q, S, true>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes);                                  \
+        qgemv_staged<Q, S, true>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes, bid_x());                         \
     }
 DS_QGEMV1_T(iq4_xs, IIQ4_XS, 3)
 DS_QGEMV1_T(iq4_xs, IIQ4_XS, 5)

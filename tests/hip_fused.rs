@@ -391,10 +391,10 @@ fn attention_epilogues_save_launches_and_keep_the_bits() {
 }
 
 /// The pipelined 1-row IQ4_XS kernels (`qgemv*_1r<R>p<U>`, `qgemv_glu_*_1p<U>`: a stage of
-/// weight loads in flight while the previous one is used) and the staged gate/up pairs
-/// (`qgemv_glu_*_1t<S>`: rows streamed through S shared-memory stages) equal the default
-/// kernels bit for bit on every fusion kind of [`graph`] (the staged ones run the single
-/// projection and the pair; the group keeps its default kernel), for K whose item count is a multiple
+/// weight loads in flight while the previous one is used) and the staged ones
+/// (`qgemv*_1t<S>`, `qgemv_glu_*_1t<S>`: rows streamed through S shared-memory stages) equal the
+/// default kernels bit for bit on every fusion kind of [`graph`] (single projection, group and
+/// pair), for K whose item count is a multiple
 /// of a warp's 32 rounds, for K that leaves a partial last round (768: 24 items per row) and for
 /// K with more rounds than stages (6144: 6 rounds, each stage refilled); the gate/up pair has
 /// 45 rows, so the staged kernels' last block is partial.
@@ -427,6 +427,66 @@ fn pipelined_one_row_variants_keep_the_bits() {
             assert_same_bits(&format!("k {k} {plain:?} {glu:?}"), &got, &want);
         }
     }
+}
+
+/// The staged 1-row kernels everywhere on a model (`DELTASPEC_HIP_Q1=t<S>` with the pair's
+/// `t<S>`): decode steps of the tiny IQ4_XS model equal the default kernels' bit for bit, with
+/// the same launches, so the grouped form (`qgemv4_*_1t<S>`) keeps the DeltaNet group's folded
+/// conv step and the attention group's query/gate halves (either lost would add launches).
+#[test]
+fn staged_one_row_kernels_keep_a_model_s_bits() {
+    use deltaspec::backend::hip::kernels::parse_q1;
+    use deltaspec::model::qwen35::{GraphOptions, LogitRows};
+    use deltaspec::model::{Qwen35, Session, synth};
+    let dir = std::env::temp_dir().join(format!("deltaspec-staged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny-iq4_xs.gguf");
+    synth::write(
+        &synth::preset("tiny").unwrap(),
+        synth::Recipe::Iq4Xs,
+        12,
+        &path,
+    )
+    .unwrap();
+    let model = Qwen35::load(&path).unwrap();
+    let opts = GraphOptions {
+        logits: LogitRows::Last,
+        argmax: true,
+        capture: vec![],
+        read_logits: true,
+    };
+    let Some(mut base) = gpu("staged_model", true) else {
+        return;
+    };
+    let c_base = base.launch_counter();
+    let mut want = Vec::new();
+    {
+        let mut s = Session::new(&model, &mut base, 64).unwrap();
+        let mut tok = 3u32;
+        for _ in 0..4 {
+            let before = c_base.get();
+            let a = s.forward(&[tok], &opts).unwrap();
+            tok = a.argmax[0];
+            want.push((a.logits, c_base.get() - before));
+        }
+    }
+    for st in ["t3", "t5"] {
+        let Some(mut be) = gpu("staged_model", true) else {
+            return;
+        };
+        be.set_q1(parse_q1(st), parse_q1(st));
+        let c = be.launch_counter();
+        let mut s = Session::new(&model, &mut be, 64).unwrap();
+        let mut tok = 3u32;
+        for (step, (logits, launches)) in want.iter().enumerate() {
+            let before = c.get();
+            let a = s.forward(&[tok], &opts).unwrap();
+            tok = a.argmax[0];
+            assert_eq!(&a.logits, logits, "{st} step {step}: logits");
+            assert_eq!(c.get() - before, *launches, "{st} step {step}: launches");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The DeltaNet pattern: a projection group whose first output only feeds a K = 4 conv step. At

@@ -360,7 +360,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
                 (Some(v), _) => (
                     "qmatmul",
                     format!("qgemv4_{suffix}_{}", v.tag()),
-                    u64::from(v.r) * warps,
+                    v.block_rows(warps, false),
                     kernels::QGEMV_THREADS,
                 ),
                 (None, Some(r)) => (

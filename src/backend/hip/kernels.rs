@@ -283,8 +283,8 @@ pub const Q1_GLU_UNROLLS: &[u32] = &[1, 2, 4];
 pub const Q1_PIPE_VARIANTS: &[(u32, u32)] = &[(1, 1), (1, 2), (2, 1)];
 pub const Q1_GLU_PIPES: &[u32] = &[1, 2];
 pub const Q1_PIPE_TYPES: &[&str] = &["iq4_xs"];
-/// Stages of the staged 1-row kernels `qgemv_<type>_1t<S>` and `qgemv_glu_<type>_1t<S>`
-/// (`DS_QGEMV1_T` in `hip/qmatmul.hip`; [`Q1_PIPE_TYPES`] only, no grouped `qgemv4` form): a
+/// Stages of the staged 1-row kernels `qgemv_<type>_1t<S>`, `qgemv4_<type>_1t<S>` and
+/// `qgemv_glu_<type>_1t<S>` (`DS_QGEMV1_T` in `hip/qmatmul.hip`; [`Q1_PIPE_TYPES`] only): a
 /// block streams its rows through S shared-memory stages filled by bulk copies,
 /// [`Q1_STAGED_ROWS`] output rows (columns of a gate/up pair) per block.
 pub const Q1_STAGES: &[u32] = &[3, 5];
@@ -306,7 +306,7 @@ pub enum Q1Form {
     Plain,
     /// `p`: stages of U rounds, the next loaded while the current one is used.
     Pipe,
-    /// `t`: the block's rows streamed through U shared-memory stages (no grouped form).
+    /// `t`: the block's rows streamed through U shared-memory stages.
     Staged,
 }
 
@@ -342,7 +342,7 @@ impl Q1 {
         }
     }
     /// The kernel name's suffix of a plain or grouped projection: `1r<R>u<U>`, `1r<R>p<U>` or
-    /// (single projections only) `1t<S>`.
+    /// `1t<S>`.
     pub fn tag(&self) -> String {
         match self.form {
             Q1Form::Staged => self.glu_tag(),
@@ -362,12 +362,11 @@ impl Q1 {
         }
     }
     /// Whether the kernels exist for weight type `suffix` (pipelined and staged ones for a few
-    /// types; staged ones not as a fused group).
-    pub fn exists_for(&self, suffix: &str, at: Q1Use) -> bool {
+    /// types; each form has its pair, single and grouped kernels).
+    pub fn exists_for(&self, suffix: &str) -> bool {
         match self.form {
             Q1Form::Plain => true,
-            Q1Form::Pipe => Q1_PIPE_TYPES.contains(&suffix),
-            Q1Form::Staged => at != Q1Use::Group && Q1_PIPE_TYPES.contains(&suffix),
+            Q1Form::Pipe | Q1Form::Staged => Q1_PIPE_TYPES.contains(&suffix),
         }
     }
 }
@@ -544,6 +543,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             }
             for st in Q1_STAGES {
                 v.push(("qmatmul", format!("qgemv_{ty}_1t{st}")));
+                v.push(("qmatmul", format!("qgemv4_{ty}_1t{st}")));
                 v.push(("qmatmul", format!("qgemv_glu_{ty}_1t{st}")));
             }
         }
@@ -624,12 +624,11 @@ mod tests {
             (v.tag(), v.glu_tag()),
             ("1r1p2".to_string(), "1p2".to_string())
         );
-        assert!(v.exists_for("iq4_xs", Q1Use::Group) && !v.exists_for("q6_k", Q1Use::Single));
-        assert!(Q1::plain(1, 2).exists_for("q6_k", Q1Use::Group));
-        // The staged form has no grouped kernel, and its own rows per block.
+        assert!(v.exists_for("iq4_xs") && !v.exists_for("q6_k"));
+        assert!(Q1::plain(1, 2).exists_for("q6_k"));
+        // The staged form: IQ4_XS only, every use, its own rows per block.
         let t = parse_q1("t3").unwrap();
-        assert!(t.exists_for("iq4_xs", Q1Use::Glu) && t.exists_for("iq4_xs", Q1Use::Single));
-        assert!(!t.exists_for("iq4_xs", Q1Use::Group) && !t.exists_for("q8_0", Q1Use::Glu));
+        assert!(t.exists_for("iq4_xs") && !t.exists_for("q8_0"));
         assert_eq!(
             (t.tag(), t.glu_tag()),
             ("1t3".to_string(), "1t3".to_string())
@@ -654,6 +653,7 @@ mod tests {
                 let t = parse_q1(&format!("t{st}")).unwrap();
                 for n in [
                     format!("qgemv_{ty}_{}", t.tag()),
+                    format!("qgemv4_{ty}_{}", t.tag()),
                     format!("qgemv_glu_{ty}_{}", t.glu_tag()),
                 ] {
                     assert!(names.iter().any(|(_, k)| *k == n) && ptx_only(&n), "{n}");

@@ -731,7 +731,7 @@ impl HipBackend {
                 _ => self.q1_plain,
             }
         };
-        v.filter(|v| v.exists_for(suffix, at))
+        v.filter(|v| v.exists_for(suffix))
     }
 
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).

@@ -61,7 +61,7 @@ Entry entry(const char* name, void (*f)(A...)) {
 #define Q1P(ty, R, U) K(qgemv_##ty##_1r##R##p##U) K(qgemv4_##ty##_1r##R##p##U)
 #define Q1PIPE(ty) Q1P(ty, 1, 1) Q1P(ty, 1, 2) Q1P(ty, 2, 1) K(qgemv_glu_##ty##_1p1) K(qgemv_glu_##ty##_1p2) \
     K(qgemv_glu_##ty##_1t3) K(qgemv_glu_##ty##_1t5) \
-    K(qgemv_##ty##_1t3) K(qgemv_##ty##_1t5)
+    K(qgemv_##ty##_1t3) K(qgemv_##ty##_1t5) K(qgemv4_##ty##_1t3) K(qgemv4_##ty##_1t5)
 #define QT(ty, NT) K(qgemv_##ty##_##NT) K(qgemv4_##ty##_##NT) K(qgemv_glu_##ty##_##NT)
 #define QM(ty, Q) QT(ty, 1) QT(ty, 2) QT(ty, 4) QT(ty, 8) K(qgemv_##ty##_16) K(qgemv4_##ty##_16) \
     K(qgemv_##ty##_8x4) K(qgemv_##ty##_16x2) K(qgemv_##ty##_16x4) Q1(ty, 1, 1) Q1(ty, 1, 2) Q1(ty, 1, 4) \
