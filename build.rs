@@ -339,14 +339,15 @@ fn experiment_defines() -> Vec<String> {
 }
 
 /// Rows per panel of the int8 GEMV types' weights (`DS_WL_G` in hip/quant.h, `kernels::WL_GROUP`
-/// on the host): 32, or `DS_WL_G=<n>` among `$DELTASPEC_HIP_DEFINES` (1: row-major, for comparisons).
+/// on the host): 1024, or `DS_WL_G=<n>` among `$DELTASPEC_HIP_DEFINES` (1: row-major, for
+/// comparisons; 32: the default before session 36).
 fn wl_group() -> u32 {
     env::var("DELTASPEC_HIP_DEFINES")
         .unwrap_or_default()
         .split_whitespace()
         .find_map(|d| d.strip_prefix("DS_WL_G=")?.parse().ok())
         .filter(|&g| g > 0)
-        .unwrap_or(32)
+        .unwrap_or(1024)
 }
 
 fn write_table(out_dir: &Path, jobs: &[Job], error: Option<&str>, note: &str) {

@@ -31,9 +31,12 @@
 // kernel 33 registers). G = 1 is row-major with rows padded to whole rounds. Types opt in with
 // `static constexpr bool PANEL = true;` (the float, dp4a and matrix-core decoders of Q8_0, Q4_K,
 // Q5_K, Q6_K and IQ4_XS: kernels::QGEMV_TYPES); the others are row-major with the kernels'
-// `row_bytes` stride. build.rs passes DS_WL_G (and tells the host the same value).
+// `row_bytes` stride. build.rs passes DS_WL_G (and tells the host the same value). G = 1024 by
+// default: 6.71 ms a 27B IQ4_XS step against 6.89 at G = 32 (H100, 4 and 5 interleaved runs,
+// docs/perf.md session 36); matrices of fewer rows share panels (layout.rs, plan_pack), so the
+// 48-row DeltaNet β/α projections do not pad to 1024 rows each.
 #ifndef DS_WL_G
-#define DS_WL_G 32
+#define DS_WL_G 1024
 #endif
 template <class Q, class = void>
 struct WlPanel {

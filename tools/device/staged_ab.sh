@@ -10,7 +10,7 @@
 #       carry=["carry/s36", ".gl"])
 # LIM: the seconds the call may run (later steps are skipped so the log comes back).
 set -u
-C=${C:-carry/s35}
+C=${C:-carry/s36}
 # Every *.tar.xz in $C is unpacked there. A build from 76e3d9d on has the staged kernels, so
 # ds_t falls back to ds_h; variants whose binary is absent are left out of the rounds.
 [ -x $C/ds_h ] || (cd $C && for t in *.tar.xz; do xz -dc $t | tar -xf -; done && chmod +x ds_* hip_fused)

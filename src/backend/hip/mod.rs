@@ -85,6 +85,8 @@ struct DevWeight {
     dtype: DType,
     shape: Vec<usize>,
     buf: Buf,
+    /// A view into one of its set's shared panels (`WeightSet::arenas`), not freed on its own.
+    view: bool,
 }
 
 #[derive(Default)]
@@ -95,6 +97,23 @@ struct WeightSet {
     /// Regrouped copies of Q8_0 weights for the dp4a GEMV (`kernels::regroup_q8_0`), made at
     /// upload where `HipBackend::q8_regroup` is on.
     q8_regrouped: HashMap<String, Buf>,
+    /// Shared weight panels holding the matrices of fewer rows than a panel
+    /// (`layout::plan_pack`).
+    arenas: Vec<Buf>,
+}
+
+impl WeightSet {
+    /// The buffers this set owns: every weight but the packed views, their shared panels, and
+    /// the copies made from the weights.
+    fn owned_bufs(&self) -> impl Iterator<Item = Buf> + '_ {
+        self.tensors
+            .values()
+            .filter(|w| !w.view)
+            .map(|w| w.buf)
+            .chain(self.arenas.iter().copied())
+            .chain(self.f32_views.values().copied())
+            .chain(self.q8_regrouped.values().copied())
+    }
 }
 
 struct StateSet {
@@ -734,6 +753,127 @@ impl HipBackend {
         v.filter(|v| v.exists_for(suffix))
     }
 
+    /// Uploads every tensor of `weights` into `set` (which the caller frees on an error).
+    fn upload_into(
+        &mut self,
+        weights: &WeightStore,
+        set: &mut WeightSet,
+    ) -> Result<(), BackendError> {
+        // Matrices of fewer rows than a weight panel share panels (layout::plan_pack): their
+        // bytes go into host copies of the shared panels, uploaded after the loop.
+        let names: Vec<&String> = weights.tensors.keys().collect();
+        let pack_items: Vec<Option<layout::PackItem>> = names
+            .iter()
+            .map(|n| layout::pack_item(&weights.tensors[*n]))
+            .collect();
+        let packable: Vec<layout::PackItem> = pack_items.iter().flatten().copied().collect();
+        let plan = layout::plan_pack(&packable, layout::GROUP);
+        let mut slot_of = Vec::with_capacity(names.len());
+        let mut next = 0;
+        for item in &pack_items {
+            slot_of.push(item.and_then(|_| {
+                next += 1;
+                plan.slots[next - 1]
+            }));
+        }
+        let mut arenas: Vec<Vec<u8>> = (0..plan.arenas.len())
+            .map(|a| vec![0u8; plan.arena_bytes(a, layout::GROUP)])
+            .collect();
+        let mut packed: Vec<(String, usize, usize)> = Vec::new(); // name, arena, first row
+        for (i, name) in names.iter().enumerate() {
+            let t = &weights.tensors[*name];
+            let bytes = t.bytes();
+            // The device copy where it differs from the file's bytes: IQ4_XS quant words
+            // regrouped for the NVIDIA kernels (`IQ4_REGROUPED` in hip/quant.h), Q6_K blocks
+            // padded to 4-byte alignment (`Q6K_QB`); every hip kernel reads that layout.
+            let whole = |what: &str| {
+                self.dev_err(format!(
+                    "{name}: {} bytes are not whole {what} blocks",
+                    bytes.len()
+                ))
+            };
+            let relaid = match t.dtype {
+                DType::Iq4Xs if self.drv.api() == Api::Cuda => {
+                    Some(kernels::regroup_iq4_xs(bytes).ok_or_else(|| whole("IQ4_XS"))?)
+                }
+                DType::Q6K => Some(kernels::pad_q6_k(bytes).ok_or_else(|| whole("Q6_K"))?),
+                _ => None,
+            };
+            let dev = relaid.as_deref().unwrap_or(bytes);
+            // The int8 GEMV types in panels, after the per-type transforms: those work on
+            // blocks, this moves whole rounds of blocks.
+            let k = t.shape.last().copied().unwrap_or(0);
+            let panels = layout::panels_of(t.dtype, k, t.numel(), dev);
+            if let (Some(p), Some((a, row)), Some(item)) = (&panels, slot_of[i], pack_items[i]) {
+                layout::place_in_arena(&mut arenas[a], p, item.rows, item.rb, layout::GROUP, row);
+                packed.push(((*name).clone(), a, row));
+                continue;
+            }
+            let dev = panels.as_deref().unwrap_or(dev);
+            let buf = self.alloc(dev.len())?;
+            set.tensors.insert(
+                (*name).clone(),
+                DevWeight {
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    buf,
+                    view: false,
+                },
+            );
+            self.drv
+                .htod(buf.ptr, dev)
+                .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
+            if self.q8_regroup
+                && t.dtype == DType::Q8_0
+                && t.shape.len() == 2
+                && k > 0
+                && k.is_multiple_of(kernels::Q8_REGROUP_K)
+            {
+                let re = kernels::regroup_q8_0(bytes, k);
+                let rbuf = self.alloc(re.len())?;
+                set.q8_regrouped.insert((*name).clone(), rbuf);
+                self.drv
+                    .htod(rbuf.ptr, &re)
+                    .map_err(|e| self.dev_err(format!("uploading {name} (regrouped): {e}")))?;
+            }
+        }
+        for host in &arenas {
+            let buf = self.alloc(host.len())?;
+            set.arenas.push(buf);
+            self.drv
+                .htod(buf.ptr, host)
+                .map_err(|e| self.dev_err(format!("uploading a shared weight panel: {e}")))?;
+        }
+        // A packed matrix is a view from its first row; its byte count is that of its own
+        // panel (what the weight check expects), of which the kernels read its rows only.
+        for (name, a, row) in packed {
+            let t = &weights.tensors[&name];
+            let k = t.shape.last().copied().unwrap_or(0);
+            let rows = t.numel() / k.max(1);
+            let bytes = layout::panel_bytes(t.dtype, rows, k).unwrap_or(0);
+            let (rb, _) = plan.arenas[a];
+            let ptr = set.arenas[a].ptr + (row * rb) as DevPtr;
+            set.tensors.insert(
+                name,
+                DevWeight {
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    buf: Buf { ptr, bytes },
+                    view: true,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Frees every buffer a weight set owns (packed matrices are views into its arenas).
+    fn free_weight_set(&mut self, set: &WeightSet) {
+        let bufs: Vec<Buf> = set.owned_bufs().collect();
+        for b in bufs {
+            self.free(b);
+        }
+    }
+
     /// Int8-activation matmuls on (the default) or off (f32 activations everywhere).
     pub fn set_int8_matmul(&mut self, on: bool) {
         self.int8_matmul = on;
@@ -1141,66 +1281,10 @@ impl Backend for HipBackend {
 
     fn upload_weights(&mut self, weights: &WeightStore) -> Result<WeightsId, BackendError> {
         let mut set = WeightSet::default();
-        for (name, t) in &weights.tensors {
-            let bytes = t.bytes();
-            // The device copy where it differs from the file's bytes: IQ4_XS quant words
-            // regrouped for the NVIDIA kernels (`IQ4_REGROUPED` in hip/quant.h), Q6_K blocks
-            // padded to 4-byte alignment (`Q6K_QB`); every hip kernel reads that layout.
-            let whole = |what: &str| {
-                self.dev_err(format!(
-                    "{name}: {} bytes are not whole {what} blocks",
-                    bytes.len()
-                ))
-            };
-            let relaid = match t.dtype {
-                DType::Iq4Xs if self.drv.api() == Api::Cuda => {
-                    Some(kernels::regroup_iq4_xs(bytes).ok_or_else(|| whole("IQ4_XS"))?)
-                }
-                DType::Q6K => Some(kernels::pad_q6_k(bytes).ok_or_else(|| whole("Q6_K"))?),
-                _ => None,
-            };
-            let dev = relaid.as_deref().unwrap_or(bytes);
-            // The int8 GEMV types in panels, after the per-type transforms: those work on
-            // blocks, this moves whole rounds of blocks.
-            let k = t.shape.last().copied().unwrap_or(0);
-            let panels = layout::panels_of(t.dtype, k, t.numel(), dev);
-            let dev = panels.as_deref().unwrap_or(dev);
-            let buf = match self.alloc(dev.len()) {
-                Ok(b) => b,
-                Err(e) => {
-                    for w in set.tensors.values() {
-                        self.free(w.buf);
-                    }
-                    for b in set.q8_regrouped.values() {
-                        self.free(*b);
-                    }
-                    return Err(e);
-                }
-            };
-            set.tensors.insert(
-                name.clone(),
-                DevWeight {
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    buf,
-                },
-            );
-            self.drv
-                .htod(buf.ptr, dev)
-                .map_err(|e| self.dev_err(format!("uploading {name}: {e}")))?;
-            if self.q8_regroup
-                && t.dtype == DType::Q8_0
-                && t.shape.len() == 2
-                && k > 0
-                && k.is_multiple_of(kernels::Q8_REGROUP_K)
-            {
-                let re = kernels::regroup_q8_0(bytes, k);
-                let rbuf = self.alloc(re.len())?;
-                set.q8_regrouped.insert(name.clone(), rbuf);
-                self.drv
-                    .htod(rbuf.ptr, &re)
-                    .map_err(|e| self.dev_err(format!("uploading {name} (regrouped): {e}")))?;
-            }
+        let res = self.upload_into(weights, &mut set);
+        if let Err(e) = res {
+            self.free_weight_set(&set);
+            return Err(e);
         }
         self.weights.push(Some(set));
         Ok(WeightsId(self.weights.len() as u32 - 1))
@@ -1600,9 +1684,7 @@ impl Drop for HipBackend {
             .drop_where(self.drv.as_ref(), |_| true);
         let mut bufs: Vec<Buf> = Vec::new();
         for set in self.weights.iter().flatten() {
-            bufs.extend(set.tensors.values().map(|w| w.buf));
-            bufs.extend(set.f32_views.values().copied());
-            bufs.extend(set.q8_regrouped.values().copied());
+            bufs.extend(set.owned_bufs());
         }
         for set in self.states.iter().flatten() {
             bufs.extend(set.bufs.values().copied());
