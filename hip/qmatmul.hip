@@ -606,6 +606,31 @@ DEV void qgemv(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __
     }
 }
 
+// The segment of a fused launch this block computes, with RPB rows a block: blocks are dealt to
+// segments by their cumulative block counts. `first`: segment 0 (which may fold the conv step
+// or be written as halves). (The pointers stay kernel parameters: selecting null for the other
+// segments held them in registers through the whole loop.)
+struct QSeg {
+    const u8* W;
+    float* Y;
+    u32 M, b;
+    bool first;
+};
+template <u32 RPB>
+DEV QSeg qgemv_pick(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
+                    u32 M2, const u8* W3, float* Y3, u32 M3) {
+    QSeg s{W0, Y0, M0, bid_x(), true};
+    const u32 b0 = (M0 + RPB - 1) / RPB, b1 = (M1 + RPB - 1) / RPB, b2 = (M2 + RPB - 1) / RPB;
+    if (s.b >= b0) {
+        s = QSeg{W1, Y1, M1, s.b - b0, false};
+        if (s.b >= b1) {
+            s = QSeg{W2, Y2, M2, s.b - b1, false};
+            if (s.b >= b2) s = QSeg{W3, Y3, M3, s.b - b2, false};
+        }
+    }
+    return s;
+}
+
 // Up to four matmuls of one quantized input in one launch (a fused group: q/k/v, the DeltaNet
 // projections, gate/up): blocks are dealt to segments by their cumulative block counts, each
 // segment's blocks map to rows exactly as in its own launch (so results are bit-identical).
@@ -616,25 +641,10 @@ template <class Q, u32 NT, u32 R = qgemv_rows(NT), u32 UF = 0, bool PIPE = false
 DEV void qgemv_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
                    u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD, const float* XS, u32 N,
                    u32 K, u64 row_bytes, const float* CW, float* CS, float* CY, float* SA, float* SB, u32 SH) {
-    constexpr u32 RPB = R * QG_WARPS;
-    u32 b = bid_x();
-    const u8* W = W0;
-    float* Y = Y0;
-    u32 M = M0;
-    const u32 b0 = (M0 + RPB - 1) / RPB, b1 = (M1 + RPB - 1) / RPB, b2 = (M2 + RPB - 1) / RPB;
-    // (The pointers stay kernel parameters: selecting null for the other segments held them in
-    // registers through the whole loop.)
-    const bool conv = CW != nullptr && b < b0;
-    const u32 half = b < b0 ? SH : 0u;
-    if (b >= b0) {
-        b -= b0, W = W1, Y = Y1, M = M1;
-        if (b >= b1) {
-            b -= b1, W = W2, Y = Y2, M = M2;
-            if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
-        }
-    }
-    qgemv<Q, NT, R, false, UF, PIPE>(W, nullptr, XQ, XD, XS, Y, N, K, M, row_bytes, b * QG_WARPS + tid_x() / WARP,
-                               QConv{CW, CS, CY, M0}, conv, QSplit{SA, SB, half});
+    const QSeg s = qgemv_pick<R * QG_WARPS>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3);
+    qgemv<Q, NT, R, false, UF, PIPE>(s.W, nullptr, XQ, XD, XS, s.Y, N, K, s.M, row_bytes,
+                                     s.b * QG_WARPS + tid_x() / WARP, QConv{CW, CS, CY, M0},
+                                     CW != nullptr && s.first, QSplit{SA, SB, s.first ? SH : 0u});
 }
 
 #define DS_QGEMV(name, Q, NT)                                                                             \
@@ -856,23 +866,9 @@ DEV void qgemv_staged_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* 
                           float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD,
                           const float* XS, u32 K, u64 row_bytes, const float* CW, float* CS, float* CY, float* SA,
                           float* SB, u32 SH) {
-    u32 b = bid_x();
-    const u8* W = W0;
-    float* Y = Y0;
-    u32 M = M0;
-    const u32 b0 = (M0 + QT_COLS - 1) / QT_COLS, b1 = (M1 + QT_COLS - 1) / QT_COLS,
-              b2 = (M2 + QT_COLS - 1) / QT_COLS;
-    const bool conv = CW != nullptr && b < b0;
-    const u32 half = b < b0 ? SH : 0u;
-    if (b >= b0) {
-        b -= b0, W = W1, Y = Y1, M = M1;
-        if (b >= b1) {
-            b -= b1, W = W2, Y = Y2, M = M2;
-            if (b >= b2) b -= b2, W = W3, Y = Y3, M = M3;
-        }
-    }
-    qgemv_staged<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes, b, QConv{CW, CS, CY, M0}, conv,
-                              QSplit{SA, SB, half});
+    const QSeg s = qgemv_pick<QT_COLS>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3);
+    qgemv_staged<Q, S, false>(s.W, nullptr, XQ, XD, XS, s.Y, K, s.M, row_bytes, s.b, QConv{CW, CS, CY, M0},
+                              CW != nullptr && s.first, QSplit{SA, SB, s.first ? SH : 0u});
 }
 #define DS_QGEMV1_T(name, Q, S)                                                                            \
     KERNEL(QG_THREADS)                                                                                     \

@@ -299,10 +299,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         let (source, name, cols, threads, grid_y) = match be.qmma_glu_tile(n, suffix) {
             Some(t) => be.mma_launch("qmma_glu", suffix, t, n, g.rows_match_decode),
             None => one_row(
-                match (
-                    be.q1_variant(n, kernels::Q1Use::Glu, m, suffix),
-                    fused_wide_rows(be, nt),
-                ) {
+                match (be.q1_variant(n, true, m, suffix), fused_wide_rows(be, nt)) {
                     (Some(v), _) => (
                         "qmatmul",
                         format!("qgemv_glu_{suffix}_{}", v.glu_tag()),
@@ -354,7 +351,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
         Some(t) => be.mma_launch("qmma4", suffix, t, n, g.rows_match_decode),
         None => one_row(
             match (
-                be.q1_variant(n, kernels::Q1Use::Group, total_rows, suffix),
+                be.q1_variant(n, false, total_rows, suffix),
                 fused_wide_rows(be, nt),
             ) {
                 (Some(v), _) => (

@@ -291,14 +291,6 @@ pub const Q1_STAGES: &[u32] = &[3, 5];
 /// Output rows per block of the staged kernels (`QT_COLS`).
 pub const Q1_STAGED_ROWS: u64 = 8;
 
-/// Where a 1-row variant would run: a gate/up pair, a single projection or a fused group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Q1Use {
-    Glu,
-    Single,
-    Group,
-}
-
 /// How a 1-row variant keeps its loads in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Q1Form {

@@ -76,7 +76,8 @@ pub struct PackItem {
 }
 
 /// Where packed matrices go: `arenas[a]` = (round bytes, rounds) of shared panel a, and
-/// `slots[i]` = (arena, first row) of item i, or `None` for an item left in its own panel.
+/// `slots[i]` = (arena, first row) of item i, or `None` for an item left in its own panel (or
+/// none given).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct PackPlan {
     pub arenas: Vec<(usize, usize)>,
@@ -99,16 +100,19 @@ impl PackPlan {
 /// the kernels' usual offsets (round c of its row j at c · g · RB + j · RB), as long as
 /// `o` + its rows ≤ g. Items of equal round bytes share (first fit, largest first); an arena
 /// has the most rounds of its members. Items of `g - PACK_ROWS` rows or more keep their own panel.
-pub fn plan_pack(items: &[PackItem], g: usize) -> PackPlan {
+pub fn plan_pack(items: &[Option<PackItem>], g: usize) -> PackPlan {
     let mut plan = PackPlan {
         arenas: Vec::new(),
         slots: vec![None; items.len()],
     };
     let mut used: Vec<usize> = Vec::new(); // rows taken in each arena
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(items[i].rows));
-    for i in order {
-        let it = items[i];
+    let mut order: Vec<(usize, PackItem)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, it)| it.map(|it| (i, it)))
+        .collect();
+    order.sort_by_key(|&(_, it)| std::cmp::Reverse(it.rows));
+    for (i, it) in order {
         let need = it.rows.next_multiple_of(PACK_ROWS);
         if it.rows == 0 || need >= g {
             continue;
@@ -194,12 +198,12 @@ mod tests {
         let g = 1024;
         let it = |rb, nr, rows| PackItem { rb, nr, rows };
         let items = [
-            it(544, 5, 48),   // β
-            it(544, 5, 48),   // α
-            it(544, 5, 5120), // a full matrix: its own panels
-            it(840, 5, 48),   // another type: its own arena
-            it(544, 2, 1000), // 1024 rows reserved: its own panel
-            it(544, 3, 960),  // opens arena 0, which one 48-row matrix (64 rows) then fills
+            Some(it(544, 5, 48)),   // β
+            Some(it(544, 5, 48)),   // α
+            Some(it(544, 5, 5120)), // a full matrix: its own panels
+            Some(it(840, 5, 48)),   // another type: its own arena
+            Some(it(544, 2, 1000)), // 1024 rows reserved: its own panel
+            Some(it(544, 3, 960)),  // opens arena 0, which one 48-row matrix (64 rows) then fills
         ];
         let p = plan_pack(&items, g);
         // Largest first: 960 opens arena 0, the 48s follow in it (960 + 64 = 1024 fits one).
@@ -212,7 +216,7 @@ mod tests {
         assert_eq!(p.arenas, vec![(544, 5), (544, 5), (840, 5)]);
         assert_eq!(p.arena_bytes(0, g), g * 5 * 544);
         // 96 β/α-like matrices of 48 rows need 96 · 64 / 1024 = 6 panels, not 96.
-        let many = vec![it(544, 5, 48); 96];
+        let many = vec![Some(it(544, 5, 48)); 96];
         assert_eq!(plan_pack(&many, g).arenas.len(), 6);
     }
 

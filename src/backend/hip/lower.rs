@@ -967,20 +967,18 @@ pub(super) fn qgemv(
         None => {
             let nt = kernels::qgemv_tile(n);
             let warps = u64::from(kernels::QGEMV_THREADS / 32);
-            let (name, rows_per_block) = match (
-                be.q1_variant(n, kernels::Q1Use::Single, m, suffix),
-                qgemv_wide(be, nt),
-            ) {
-                (Some(v), _) => (
-                    format!("qgemv_{suffix}_{}", v.tag()),
-                    v.block_rows(warps, false),
-                ),
-                (None, Some(r)) => (format!("qgemv_{suffix}_{nt}x{r}"), u64::from(r) * warps),
-                (None, None) => (
-                    format!("qgemv_{suffix}_{nt}"),
-                    u64::from(kernels::qgemv_rows(nt)) * warps,
-                ),
-            };
+            let (name, rows_per_block) =
+                match (be.q1_variant(n, false, m, suffix), qgemv_wide(be, nt)) {
+                    (Some(v), _) => (
+                        format!("qgemv_{suffix}_{}", v.tag()),
+                        v.block_rows(warps, false),
+                    ),
+                    (None, Some(r)) => (format!("qgemv_{suffix}_{nt}x{r}"), u64::from(r) * warps),
+                    (None, None) => (
+                        format!("qgemv_{suffix}_{nt}"),
+                        u64::from(kernels::qgemv_rows(nt)) * warps,
+                    ),
+                };
             ("qmatmul", name, rows_per_block, kernels::QGEMV_THREADS, 1)
         }
     };

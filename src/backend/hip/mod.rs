@@ -721,20 +721,14 @@ impl HipBackend {
             .filter(|_| self.qmma_glu && n >= QMMA_MIN_ROWS)
     }
 
-    /// The 1-row int8 GEMV variant for `n` input rows, for a gate/up pair, a single projection
-    /// or a fused group (`at`) of `m` weight rows in all, where one is chosen and exists for
-    /// this weight type there. Every variant accumulates in the same order (bit-identical).
-    fn q1_variant(
-        &self,
-        n: usize,
-        at: kernels::Q1Use,
-        m: usize,
-        suffix: &str,
-    ) -> Option<kernels::Q1> {
+    /// The 1-row int8 GEMV variant for `n` input rows, for a gate/up pair (`glu`) or
+    /// plain/grouped projections of `m` weight rows in all, where one is chosen and exists for
+    /// this weight type here. Every variant accumulates in the same order (bit-identical).
+    fn q1_variant(&self, n: usize, glu: bool, m: usize, suffix: &str) -> Option<kernels::Q1> {
         if n != 1 || self.drv.api() != Api::Cuda {
             return None;
         }
-        let v = if at == kernels::Q1Use::Glu {
+        let v = if glu {
             // IQ4_XS pairs default to the pipelined kernel with stages of 2 rounds (`1p2`):
             // 6.956 / 6.956 ms a 27B step on an H100 against 7.053 / 7.053 for `1u2` (2 items
             // in flight, then used with none outstanding), `1p1` 7.029 / 7.026 (session 32,
@@ -766,16 +760,7 @@ impl HipBackend {
             .iter()
             .map(|n| layout::pack_item(&weights.tensors[*n]))
             .collect();
-        let packable: Vec<layout::PackItem> = pack_items.iter().flatten().copied().collect();
-        let plan = layout::plan_pack(&packable, layout::GROUP);
-        let mut slot_of = Vec::with_capacity(names.len());
-        let mut next = 0;
-        for item in &pack_items {
-            slot_of.push(item.and_then(|_| {
-                next += 1;
-                plan.slots[next - 1]
-            }));
-        }
+        let plan = layout::plan_pack(&pack_items, layout::GROUP);
         let mut arenas: Vec<Vec<u8>> = (0..plan.arenas.len())
             .map(|a| vec![0u8; plan.arena_bytes(a, layout::GROUP)])
             .collect();
@@ -804,7 +789,7 @@ impl HipBackend {
             // blocks, this moves whole rounds of blocks.
             let k = t.shape.last().copied().unwrap_or(0);
             let panels = layout::panels_of(t.dtype, k, t.numel(), dev);
-            if let (Some(p), Some((a, row)), Some(item)) = (&panels, slot_of[i], pack_items[i]) {
+            if let (Some(p), Some((a, row)), Some(item)) = (&panels, plan.slots[i], pack_items[i]) {
                 layout::place_in_arena(&mut arenas[a], p, item.rows, item.rb, layout::GROUP, row);
                 packed.push(((*name).clone(), a, row));
                 continue;
