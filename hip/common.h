@@ -436,3 +436,28 @@ DEV void bulk_copy(void* dst, const void* src, u32 bytes, u64*) {
 }
 DEV void mbar_wait(u64*, u32) { sync_block(); }
 #endif
+
+// For stage rings refilled by whichever warp releases a stage last (hip/qmma_staged.h).
+// atom_add_cta: an atomic add on a shared counter, returning the old value; everything the
+// warp read before (its reads of the stage) is ordered before it. bulk_prefetch_l2: the TMA
+// pulls `bytes` at p into L2 with no destination (sm_90; a no-op elsewhere, values never
+// depend on it). gdim_x: blocks in the grid's x dimension (NVIDIA and the emulator only).
+#if defined(__NVPTX__)
+DEV u32 atom_add_cta(u32* p, u32 v) {
+    asm volatile("" ::: "memory");
+    return (u32)__nvvm_atom_cta_add_gen_i((int*)p, (int)v);
+}
+DEV u32 gdim_x() { return __nvvm_read_ptx_sreg_nctaid_x(); }
+DEV void sync_warp() { __nvvm_bar_warp_sync(0xffffffffu); }
+#elif defined(DS_EMULATE)
+DEV u32 atom_add_cta(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+DEV u32 gdim_x() { return ds_emu.gx; }
+DEV void sync_warp() { ds_emu.warp_bar->arrive_and_wait(); }
+#endif
+DEV void bulk_prefetch_l2(const void* p, u32 bytes) {
+#if defined(__NVPTX__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p, (void)bytes;
+#endif
+}

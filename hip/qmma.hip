@@ -103,14 +103,14 @@ struct QmGroup {
 // Block byte offset within the row (hip/quant.h, wl_block) and sub-block of item sb + jj, for sb
 // a multiple of R: the R items lie in one weight block, or (IPB < R) fill R / IPB whole blocks
 // (of one round: R divides 32).
-template <class P, u32 R>
+// ST: the weights are one round in shared memory (hip/qmma_staged.h), so the offset is the
+// block's within its round.
+template <class P, u32 R, bool ST = false>
 DEV void qmma_item(u32 sb, u32 jj, u64& boff, u32& ib) {
-    constexpr u32 IPB = P::QK / 32;
-    if constexpr (IPB >= R) {
-        boff = wl_block<P>(sb / IPB), ib = sb % IPB + jj;
-    } else {
-        boff = wl_block<P>(sb / IPB + jj / IPB), ib = jj % IPB;
-    }
+    constexpr u32 IPB = P::QK / 32, BPR = 1024 / P::QK;
+    const u32 blk = IPB >= R ? sb / IPB : sb / IPB + jj / IPB;
+    boff = ST ? (u64)(blk % BPR) * P::QB : wl_block<P>(blk);
+    ib = IPB >= R ? sb % IPB + jj : jj % IPB;
 }
 
 // The k order of a quad. An mma sums over its 16 k slots, so any order of the 16 values of a
@@ -173,7 +173,8 @@ DEV void qm_ld2(const float* p, float& a, float& b) {
 // XD2: XD/XS rows start at even offsets (nb even), so two consecutive items' scales are one
 // 8-byte load.
 // FOLD (the prefill tile qmmp below): every item goes to one accumulator per output, acc[0].
-template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF, bool H, bool FOLD = false>
+// ST: wa/wb point at the rows' bytes of the items' round in a shared-memory stage (qmma_item).
+template <class P, u32 TG, u32 R, bool TAIL, bool XD2, bool XF, bool H, bool FOLD = false, bool ST = false>
 DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const float* __restrict__ XD,
                     const float* __restrict__ XS, u32 nb, u32 sb, u32 t, float (&acc)[FOLD ? 1 : R][TG][4]) {
     static_assert(R % 2 == 0, "items are taken in pairs for the XD loads");
@@ -188,7 +189,7 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
         if (TAIL && sb + jj >= nb) break;  // warp-uniform
         u64 boff;
         u32 ib;
-        qmma_item<P, R>(sb, jj, boff, ib);
+        qmma_item<P, R, ST>(sb, jj, boff, ib);
         P::scales((odd ? wb : wa) + boff, ib, sc0[jj], sc1[jj], scm[jj]);
     }
     float xda[2][TG], xdc[2][TG], xsa[2][TG], xsc[2][TG];
@@ -203,7 +204,7 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
         for (u32 jj = 0; jj < R; jj += 2) {
             u64 boff;
             u32 ib;
-            qmma_item<P, R>(sb, jj, boff, ib);
+            qmma_item<P, R, ST>(sb, jj, boff, ib);
             hw[jj / 2][0] = *(const u32x2*)(P::raw(wa + boff, ib) + 8 * t);
             hw[jj / 2][1] = *(const u32x2*)(P::raw(wb + boff, ib) + 8 * t);
         }
@@ -222,7 +223,7 @@ DEV void qmma_chunk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const 
         if (TAIL && s >= nb) break;  // warp-uniform
         u64 boff;
         u32 ib;
-        qmma_item<P, R>(sb, jj, boff, ib);
+        qmma_item<P, R, ST>(sb, jj, boff, ib);
         u32 wa0, wa1, wb0, wb1;
         if constexpr (QmRaw16<P>::v && !TAIL) {
             // Items jj, jj + 1 (one block, ib even): 32 bytes per row, 8 per lane, paired as
@@ -414,6 +415,82 @@ DEV void qmma_walk(const u8* wa, const u8* wb, const QmGroup (&grp)[TG], const f
     }
 }
 
+// This lane's QmGroup of each of the TG groups of 8 input rows from n0 (XF: fragment order).
+template <u32 TG, bool XF>
+DEV void qmma_groups(QmGroup (&grp)[TG], const i8* XQ, u32 n0, u32 N, u32 K, u32 lane) {
+    const u32 nb = K / 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (u32 tg = 0; tg < TG; ++tg) {
+        if constexpr (XF) {
+            // Groups past the last one (at 32-row tiles) repeat it; their results are dropped.
+            const u32 gl = (N - 1) / 8, gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
+            grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
+            grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
+            grp[tg].xc = 0;
+        } else {
+            const u32 nq = n0 + 8 * tg + g, na = n0 + 8 * tg + 2 * t, nc = na + 1;
+            grp[tg].xq = XQ + (u64)(nq < N ? nq : N - 1) * K + 8 * t;
+            grp[tg].xa = (na < N ? na : N - 1) * nb;
+            grp[tg].xc = (nc < N ? nc : N - 1) * nb;
+        }
+    }
+}
+
+// The end of a verify tile: warp_sum's butterfly over the partial index j of acc (partial R·w +
+// jj of warp w in acc[jj]), the steps across warps through `red`, then warp 0 writes outputs
+// (ra, rb) × (inputs n0 + 8·tg + 2t, + 1), or silu(gate) · up of column ra (GLU). Every thread
+// of the block calls it (barriers).
+template <u32 TG, u32 R, bool GLU>
+DEV void qmma_finish(float (&acc)[R][TG][4], float* red, u32 w, u32 lane, u32 t, u32 ra, u32 rb, u32 n0, u32 N,
+                     u32 M, float* __restrict__ Y) {
+    // After the step with mask m, partial j < m holds p_j + p_{j+m}. Masks m >= R pair warp w
+    // with warp w + m / R. One base address per step and constant offsets: per-slot addresses
+    // would be hoisted out of the loops as invariants and held in registers through the whole
+    // K loop.
+#pragma unroll
+    for (u32 m = WARP / 2; m >= R; m /= 2) {
+        constexpr u32 SLOTS = R * 4 * TG;  // one warp's partials, per lane
+        const u32 h = m / R;
+        sync_block();  // the previous step's (or group's) reads are done
+        if (w >= h && w < 2 * h) {
+            float* dst = red + (w - h) * SLOTS * WARP + lane;
+#pragma unroll
+            for (u32 i = 0; i < SLOTS; ++i) dst[i * WARP] = acc[i / (4 * TG)][i / 4 % TG][i % 4];
+        }
+        sync_block();
+        if (w < h) {
+            const float* src = red + w * SLOTS * WARP + lane;
+#pragma unroll
+            for (u32 i = 0; i < SLOTS; ++i) {
+                float& a = acc[i / (4 * TG)][i / 4 % TG][i % 4];
+                a = a + src[i * WARP];
+            }
+        }
+    }
+    if (w != 0) return;
+#pragma unroll
+    for (u32 m = R / 2; m > 0; m /= 2)
+#pragma unroll
+        for (u32 jj = 0; jj < m; ++jj)
+#pragma unroll
+            for (u32 tg = 0; tg < TG; ++tg)
+#pragma unroll
+                for (u32 o = 0; o < 4; ++o) acc[jj][tg][o] = acc[jj][tg][o] + acc[jj + m][tg][o];
+#pragma unroll
+    for (u32 tg = 0; tg < TG; ++tg) {
+        const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
+        if constexpr (GLU) {
+            if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
+            if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
+        } else {
+            if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
+            if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
+            if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
+            if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
+        }
+    }
+}
+
 // Weight rows [16·rg, 16·rg + 16) of W by all N input rows into Y[N, M]. GLU: the block owns
 // output columns [8·rg, 8·rg + 8) of a gate/up pair instead: A row g is gate row j = 8·rg + g
 // (of W) and A row g + 8 is up row j (of WU), so a lane's outputs 0/1 are gate sums and 2/3 the
@@ -450,21 +527,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     grid_begin();  // weights hinted above, before the wait: see hip/common.h
     for (u32 n0 = 0; n0 < N; n0 += 8 * TG) {
         QmGroup grp[TG];
-#pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg) {
-            if constexpr (XF) {
-                // Groups past the last one (at 32-row tiles) repeat it; their results are dropped.
-                const u32 gl = (N - 1) / 8, gi = n0 / 8 + tg < gl ? n0 / 8 + tg : gl;
-                grp[tg].xq = XQ + qm_frag_index(8 * gi, 0, nb) * 32 + 8 * lane;
-                grp[tg].xa = (u32)qm_frag_index(8 * gi, 0, nb) + 2 * t;
-                grp[tg].xc = 0;
-            } else {
-                const u32 nq = n0 + 8 * tg + g, na = n0 + 8 * tg + 2 * t, nc = na + 1;
-                grp[tg].xq = XQ + (u64)(nq < N ? nq : N - 1) * K + 8 * t;
-                grp[tg].xa = (na < N ? na : N - 1) * nb;
-                grp[tg].xc = (nc < N ? nc : N - 1) * nb;
-            }
-        }
+        qmma_groups<TG, XF>(grp, XQ, n0, N, K, lane);
         // acc[jj][tg][o]: partial R·w + jj of output o (0: ra × na, 1: ra × nc, 2: rb × na,
         // 3: rb × nc) of group tg.
         float acc[R][TG][4];
@@ -484,52 +547,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
         } else {
             qmma_walk<P, TG, R, false, UT, XF, PF, H>(wa, wb, grp, XD, XS, nb, R * w, t, acc, pf);
         }
-        // warp_sum's butterfly over the partial index j: after the step with mask m, partial
-        // j < m holds p_j + p_{j+m}. Masks m >= R pair warp w with warp w + m / R. One base
-        // address per step and constant offsets: per-slot addresses would be hoisted out of
-        // the loops as invariants and held in registers through the whole K loop.
-#pragma unroll
-        for (u32 m = WARP / 2; m >= R; m /= 2) {
-            constexpr u32 SLOTS = R * 4 * TG;  // one warp's partials, per lane
-            const u32 h = m / R;
-            sync_block();  // the previous step's (or group's) reads are done
-            if (w >= h && w < 2 * h) {
-                float* dst = red + (w - h) * SLOTS * WARP + lane;
-#pragma unroll
-                for (u32 i = 0; i < SLOTS; ++i) dst[i * WARP] = acc[i / (4 * TG)][i / 4 % TG][i % 4];
-            }
-            sync_block();
-            if (w < h) {
-                const float* src = red + w * SLOTS * WARP + lane;
-#pragma unroll
-                for (u32 i = 0; i < SLOTS; ++i) {
-                    float& a = acc[i / (4 * TG)][i / 4 % TG][i % 4];
-                    a = a + src[i * WARP];
-                }
-            }
-        }
-        if (w != 0) continue;
-#pragma unroll
-        for (u32 m = R / 2; m > 0; m /= 2)
-#pragma unroll
-            for (u32 jj = 0; jj < m; ++jj)
-#pragma unroll
-                for (u32 tg = 0; tg < TG; ++tg)
-#pragma unroll
-                    for (u32 o = 0; o < 4; ++o) acc[jj][tg][o] = acc[jj][tg][o] + acc[jj + m][tg][o];
-#pragma unroll
-        for (u32 tg = 0; tg < TG; ++tg) {
-            const u32 na = n0 + 8 * tg + 2 * t, nc = na + 1;
-            if constexpr (GLU) {
-                if (ra < M && na < N) Y[(u64)na * M + ra] = ds_silu(acc[0][tg][0]) * acc[0][tg][2];
-                if (ra < M && nc < N) Y[(u64)nc * M + ra] = ds_silu(acc[0][tg][1]) * acc[0][tg][3];
-            } else {
-                if (ra < M && na < N) Y[(u64)na * M + ra] = acc[0][tg][0];
-                if (ra < M && nc < N) Y[(u64)nc * M + ra] = acc[0][tg][1];
-                if (rb < M && na < N) Y[(u64)na * M + rb] = acc[0][tg][2];
-                if (rb < M && nc < N) Y[(u64)nc * M + rb] = acc[0][tg][3];
-            }
-        }
+        qmma_finish<TG, R, GLU>(acc, red, w, lane, t, ra, rb, n0, N, M, Y);
     }
 }
 
@@ -780,5 +798,7 @@ qmma_relayout(const i8* __restrict__ XQ, const float* __restrict__ XD, const flo
     XQF[f * 32 + qm_frag_byte(lane)] = in ? XQ[b * 32 + lane] : (i8)0;
     if (lane == 0) XDF[f] = in ? XD[b] : 0.0f, XSF[f] = in ? XS[b] : 0.0f;
 }
+
+#include "qmma_staged.h"
 
 #endif

@@ -227,6 +227,7 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
             };
             mma.set_qgemv_mma(true);
             mma.set_qmmp(false); // 33 rows: the verify tile, not the prefill tile's order
+            mma.set_qmma_staged_grid(Some(3));
             dp4a.set_qgemv_mma(false);
             let count = mma.launch_counter();
             let mma_on = mma.matrix_cores();
@@ -235,7 +236,15 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
                 let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
                 // Plain and fragment-ordered activations (`qmma*f`, quantized by
                 // `qmma_quantize[_gate]`), the latter also as `qmma*p`, `qmma*q` and `qmma*w`.
-                for (xl, v2) in [(false, 0), (true, 0), (true, 1), (true, 2), (true, 3)] {
+                // And the staged `qmma*t` (IQ4_XS at 8 and 16 rows), 3 blocks walking all tiles.
+                for (xl, v2) in [
+                    (false, 0),
+                    (true, 0),
+                    (true, 1),
+                    (true, 2),
+                    (true, 3),
+                    (true, 4),
+                ] {
                     mma.set_qmma_xlayout(xl);
                     mma.set_qmma_v2(Some(v2));
                     let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
@@ -248,6 +257,38 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
                     if fusion && mma_on {
                         assert_eq!(launches, 6, "{what}: fused launches");
                     }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn staged_matrix_core_tile_equals_the_dp4a_kernel() {
+    // The staged, persistent verify tile (`qmma*t`, IQ4_XS at 8 and 16 rows; see
+    // hip/qmma_staged.h) gives the dp4a kernels' bits for every kind (a group of three small
+    // matrices sharing a weight panel, the gate/up pair, a single projection), with the grid
+    // capped so one block walks every tile (its stage ring wrapping across tiles), with two and
+    // three blocks, and uncapped. K = 1280: one full round and a short one (warps past the
+    // items skip it); K = 3072: three full rounds.
+    for k in [1280, 3072] {
+        let (Some(mut mma), Some(mut dp4a)) = (gpu("qmma_t", true), gpu("qmma_t", false)) else {
+            return;
+        };
+        mma.set_qgemv_mma(true);
+        mma.set_qmma_v2(Some(4));
+        dp4a.set_qgemv_mma(false);
+        let count = mma.launch_counter();
+        for n in [5, 16] {
+            let (w, g, inputs) = random_case(n, k, DType::Iq4Xs);
+            let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
+            for cap in [Some(1), Some(2), Some(3), None] {
+                mma.set_qmma_staged_grid(cap);
+                let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
+                let what = format!("k={k} n={n} grid cap {cap:?}: staged vs dp4a");
+                assert_same_bits(&what, &a, &b);
+                if mma.matrix_cores() {
+                    assert_eq!(launches, 6, "{what}: fused launches");
                 }
             }
         }

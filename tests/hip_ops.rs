@@ -411,6 +411,7 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             g.set_qmma_min_rows(2);
             g.set_qmma_skip(Some(Vec::new())); // every type on the matrix cores, Q8_0 too
             g.set_qmmp(false); // the verify tile at 33 rows: the prefill tile sums in another order
+            g.set_qmma_staged_grid(Some(2));
             let wid = g.upload_weights(&w).unwrap();
             let sid = g.alloc_states(&[]).unwrap();
             let x = rng.vec_normal(33 * k, 1.0);
@@ -437,6 +438,9 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, 2)));
             // Half the warps per block at 8 and 16 rows (`qmma*w`).
             let cases = cases.chain([5, 16, 17, 33].map(|n| (n, false, true, 3)));
+            // The staged kernels (`qmma*t`, IQ4_XS at 8 and 16 rows; the default elsewhere),
+            // their grid capped at 2 blocks so each walks several tiles (77 rows: 5 tiles).
+            let cases = cases.chain([5, 8, 13, 16, 17].map(|n| (n, false, true, 4)));
             for (n, one, xl, v2) in cases.chain([(5, true, false, 0), (16, true, false, 0)]) {
                 let got = run(n, true, one, xl, v2);
                 if let Some(i) = (0..n * m).find(|&i| got[i].to_bits() != want[i].to_bits()) {

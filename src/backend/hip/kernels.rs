@@ -222,6 +222,18 @@ pub fn qgemv_wide_default(nt: u32) -> Option<u32> {
         _ => None,
     }
 }
+/// Weight types with the staged matrix-core kernels (`qmma*_<nt>t`, `hip/qmma_staged.h`) at
+/// the tiles in `QMMA_STAGED_TILES`: where a weight panel holds whole 16-row tiles.
+pub const QMMA_STAGED_TYPES: &[&str] = if WL_GROUP.is_multiple_of(16) {
+    &["iq4_xs"]
+} else {
+    &[]
+};
+pub const QMMA_STAGED_TILES: &[u32] = &[8, 16];
+/// Threads of a staged block (`QMS_WARPS` warps) and the blocks per multiprocessor its grid
+/// holds (`QMS_MINB`): the kernels are persistent, so the grid is at most that many per SM.
+pub const QMMA_STAGED_THREADS: u32 = 8 * 32;
+pub const QMMA_STAGED_BLOCKS_PER_SM: u32 = 2;
 /// Input-row tiles of the matrix-core int8 GEMV `qmma_<type>_<nt>` / `qmma4_<type>_<nt>`
 /// (`hip/qmma.hip`, NVIDIA only): groups of 8 input rows per block; wider inputs loop.
 pub const QMMA_TILES: &[u32] = &[8, 16, 32];
@@ -544,6 +556,13 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
             for sfx in QMMA_VARIANTS.iter().filter(|s| **s != "w" || *nt <= 16) {
                 for kind in ["qmma", "qmma4", "qmma_glu"] {
                     v.push(("qmma", format!("{kind}_{ty}_{nt}{sfx}")));
+                }
+            }
+        }
+        if QMMA_STAGED_TYPES.contains(ty) {
+            for nt in QMMA_STAGED_TILES {
+                for kind in ["qmma", "qmma4", "qmma_glu"] {
+                    v.push(("qmma", format!("{kind}_{ty}_{nt}t")));
                 }
             }
         }

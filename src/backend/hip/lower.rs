@@ -986,7 +986,11 @@ pub(super) fn qgemv(
         be,
         source,
         &name,
-        [blocks(m as u64, rows_per_block), grid_y, 1],
+        [
+            be.mma_grid(&name, blocks(m as u64, rows_per_block)),
+            grid_y,
+            1,
+        ],
         threads,
         &[
             Arg::P(wptr),

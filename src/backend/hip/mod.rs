@@ -280,8 +280,12 @@ pub struct HipBackend {
     /// the 16-row tile, `q` at 8 and 32 (H200, session 19, 27B IQ4_XS steps, two interleaved
     /// rounds: 16 rows 15.70 / 15.52 ms with `w` against 17.15 / 17.27 with `q`; 8 rows 11.43 /
     /// 11.24 against 10.88 / 10.91). `DELTASPEC_HIP_QMMA_V2=0..3` forces one variant at every
-    /// tile.
+    /// tile; 4 takes the staged kernels (`qmma*t`, `hip/qmma_staged.h`) where the type has
+    /// them at that tile, and the default elsewhere.
     qmma_v2: Option<u8>,
+    /// At most this many blocks in a staged matrix-core launch (tests: several tiles per block;
+    /// `None`: `kernels::QMMA_STAGED_BLOCKS_PER_SM` per multiprocessor).
+    qmma_staged_grid: Option<u32>,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
     /// unset, each type's default; `Some(None)`: set to a name that is not a variant, the
@@ -426,7 +430,8 @@ impl HipBackend {
             qmma_v2: std::env::var("DELTASPEC_HIP_QMMA_V2")
                 .ok()
                 .and_then(|v| v.parse::<u8>().ok())
-                .map(|v| v.min(3)),
+                .map(|v| v.min(4)),
+            qmma_staged_grid: None,
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -584,10 +589,17 @@ impl HipBackend {
 
     /// The variant of the fragment-order matrix-core kernels: 0 `qmma*f`, 1 `qmma*p` (L2
     /// prefetch), 2 `qmma*q` (prefetch and hoisted loads), 3 `qmma*w` (`q` with half the warps
-    /// per block); results are bit-identical either way.
+    /// per block), 4 `qmma*t` (staged, where it exists); results are bit-identical either way.
     /// `None`: the per-tile default (see the field).
     pub fn set_qmma_v2(&mut self, v: Option<u8>) {
-        self.qmma_v2 = v.map(|v| v.min(3));
+        self.qmma_v2 = v.map(|v| v.min(4));
+        self.drop_graphs(|_| true);
+    }
+
+    /// Caps the grid of the staged matrix-core kernels (`None`: two blocks per multiprocessor),
+    /// so tests can give each block several tiles; results are bit-identical either way.
+    pub fn set_qmma_staged_grid(&mut self, cap: Option<u32>) {
+        self.qmma_staged_grid = cap.map(|c| c.max(1));
         self.drop_graphs(|_| true);
     }
 
@@ -635,11 +647,12 @@ impl HipBackend {
     /// The name of matrix-core kernel `kind` (`qmma`, `qmma4`, `qmma_glu`) for weight kernel
     /// `suffix` and tile `nt`.
     fn qmma_kernel(&self, kind: &str, suffix: &str, nt: u32) -> String {
-        let sfx = match (self.qmma_frag(), self.qmma_variant(nt)) {
+        let sfx = match (self.qmma_frag(), self.qmma_variant(nt, suffix)) {
             (true, 0) => "f",
             (true, 1) => "p",
             (true, 2) => "q",
-            (true, _) => "w",
+            (true, 3) => "w",
+            (true, _) => "t",
             (false, _) => self.qmma_sfx,
         };
         format!("{kind}_{suffix}_{nt}{sfx}")
@@ -683,29 +696,52 @@ impl HipBackend {
             "qmma",
             self.qmma_kernel(kind, suffix, nt),
             u64::from(per_warp),
-            self.qmma_threads(nt),
+            self.qmma_threads(nt, suffix),
             1,
         )
     }
 
     /// Threads of a matrix-core block at tile `nt`: half of `kernels::qmma_threads` for the
-    /// `qmma*w` kernels at 8 and 16 rows (`DS_QMMA_W` in `hip/qmma.hip`).
-    fn qmma_threads(&self, nt: u32) -> u32 {
+    /// `qmma*w` kernels at 8 and 16 rows (`DS_QMMA_W` in `hip/qmma.hip`), and the staged
+    /// kernels' own.
+    fn qmma_threads(&self, nt: u32, suffix: &str) -> u32 {
         let t = kernels::qmma_threads(nt);
-        if self.qmma_frag() && self.qmma_variant(nt) == 3 {
-            t / 2
-        } else {
-            t
+        match (self.qmma_frag(), self.qmma_variant(nt, suffix)) {
+            (true, 3) => t / 2,
+            (true, 4) => kernels::QMMA_STAGED_THREADS,
+            _ => t,
         }
     }
 
-    /// The fragment-order variant (`qmma_v2`'s numbering) at tile `nt`; `w` (3) exists at 8 and
-    /// 16 rows only, and 32 takes `q` (2) instead.
-    fn qmma_variant(&self, nt: u32) -> u8 {
-        match self.qmma_v2.unwrap_or(if nt == 16 { 3 } else { 2 }) {
+    /// The fragment-order variant (`qmma_v2`'s numbering) at tile `nt` of `suffix` weights;
+    /// `w` (3) exists at 8 and 16 rows only, and 32 takes `q` (2) instead; the staged kernels
+    /// (4) where `kernels::QMMA_STAGED_TYPES` and `QMMA_STAGED_TILES` hold them, the tile's
+    /// default elsewhere.
+    fn qmma_variant(&self, nt: u32, suffix: &str) -> u8 {
+        let default = if nt == 16 { 3 } else { 2 };
+        match self.qmma_v2.unwrap_or(default) {
             3 if nt > 16 => 2,
+            4 if !(kernels::QMMA_STAGED_TYPES.contains(&suffix)
+                && kernels::QMMA_STAGED_TILES.contains(&nt)) =>
+            {
+                default
+            }
             v => v,
         }
+    }
+
+    /// The grid of a matrix-core launch of kernel `name` over `blocks` tiles: the staged
+    /// kernels (`qmma*t`) are persistent (each block walks tiles b, b + grid, ...), so at most
+    /// `kernels::QMMA_STAGED_BLOCKS_PER_SM` per multiprocessor; every other kernel one block a
+    /// tile.
+    fn mma_grid(&self, name: &str, blocks: u32) -> u32 {
+        if !(name.starts_with("qmma") && name.ends_with('t')) {
+            return blocks;
+        }
+        let cap = self.qmma_staged_grid.unwrap_or(
+            kernels::QMMA_STAGED_BLOCKS_PER_SM.saturating_mul(self.drv.multiprocessors()),
+        );
+        blocks.min(cap.max(1))
     }
 
     /// Whether the matrix-core kernels read fragment-ordered activations (`qmma*f`, see

@@ -75,12 +75,19 @@ Entry entry(const char* name, void (*f)(A...)) {
 #define QMMA_W(ty, NT) K(qmma_##ty##_##NT##w) K(qmma4_##ty##_##NT##w) K(qmma_glu_##ty##_##NT##w)
 #define QMMA(ty, P) QMMA_NT(ty, 8) QMMA_NT(ty, 16) QMMA_NT(ty, 32) QMMA_W(ty, 8) QMMA_W(ty, 16) \
     K(qmmp_##ty) K(qmmp4_##ty) K(qmmp_glu_##ty)
+// The staged verify tiles exist where a panel holds whole tiles (hip/qmma_staged.h).
+#if DS_WL_G % 16 == 0
+#define QMMA_T(ty) K(qmma_##ty##_8t) K(qmma4_##ty##_8t) K(qmma_glu_##ty##_8t) \
+    K(qmma_##ty##_16t) K(qmma4_##ty##_16t) K(qmma_glu_##ty##_16t)
+#else
+#define QMMA_T(ty)
+#endif
 #define MM(ty, Q) K(gemv_##ty##_1) K(gemv_##ty##_2) K(gemv_##ty##_4) K(gemv_##ty##_8) K(mm_##ty) K(embed_##ty) K(dequant_##ty)
 
 const std::vector<Entry>& table() {
     static const std::vector<Entry> t = {
         DS_FOR_EACH_WTYPE(MM)                                                      //
-        DS_FOR_EACH_QTYPE(QM) Q1PIPE(iq4_xs) DS_FOR_EACH_FTYPE(QMMA) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
+        DS_FOR_EACH_QTYPE(QM) Q1PIPE(iq4_xs) DS_FOR_EACH_FTYPE(QMMA) QMMA_T(iq4_xs) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(rms_norm_q8) K(add_rms_norm_q8) K(gated_rms_norm_q8) K(qk_prep)          //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
@@ -242,7 +249,7 @@ static void run_kernel(const Entry* e, unsigned gx, unsigned gy, unsigned gz, un
                 threads.reserve(n);
                 for (unsigned t = 0; t < n; ++t) {
                     threads.emplace_back([&, t] {
-                        ds_emu = DsEmuThread{t, x, y, z, &block_bar, warp_bars[t / 32], &xchg[t / 32 * DS_EMU_XCHG]};
+                        ds_emu = DsEmuThread{t, x, y, z, gx, &block_bar, warp_bars[t / 32], &xchg[t / 32 * DS_EMU_XCHG]};
                         e->invoke(e->fn, params);
                         ds_emu.warp_bar->arrive_and_drop();
                         ds_emu.block_bar->arrive_and_drop();

@@ -10,6 +10,7 @@ constexpr unsigned DS_EMU_XCHG = 96;
 
 struct DsEmuThread {
     u32 tid, bx, by, bz;
+    u32 gx;  // blocks in the grid's x dimension (gdim_x)
     std::barrier<>* block_bar;
     std::barrier<>* warp_bar;
     i32* xchg;  // DS_EMU_XCHG slots of this thread's warp (shuffles use the first 32)
