@@ -11,18 +11,11 @@
 // columns in registers (one state read and one write per call); the generic variant (any dk up
 // to 512, COLS = 32) works in global memory.
 //
-// The register variants take the tokens in chunks of GDN_TC: every load of the chunk's tokens
-// (q, k, v, b, a) is issued at once, then each token's q/k norms, beta and decay (which do not
-// depend on the state) are computed with no dependence between the tokens, and only then the
-// recurrence runs token by token. Why: at a verify's 16 rows the step took 25.2 µs against 6.8
-// at one row (H100, ncu, session 36): ~1.2 µs a token, with one warp per block and about 1.5
-// warps per scheduler, i.e. the latency of each token's whole dependent chain (loads, two warp
-// norms, three software transcendentals, the state's two 32-term sums). Earlier form: the next
-// token's loads in flight while the current one computed. (Loading q and k in a dk-strided
-// loop, then v, b and a after the barrier, cost about five dependent round trips per token:
-// 8.7 µs per decode call on the H200.) Their arithmetic is the generic variant's, in the same
-// order, and a token's operations do not depend on the chunking: decode and verify rows stay
-// bit-equal.
+// The register variants issue every load a token needs (q, k, v, b, a) at once, and the next
+// token's while the current one computes, so a token costs no memory round trip after the
+// first. (Loading q and k in a dk-strided loop, then v, b and a after the barrier, cost about
+// five dependent round trips per token: 8.7 µs per decode call on the H200.) Their arithmetic
+// is the generic variant's, in the same order.
 //
 // LOG (graph op GatedDeltaNetLog; other head sizes up to 128 in gdn_log_any): the step over a chain of verify rows
 // that leaves the state alone and writes row t's inputs [q | k | v | b | a] to log[t] (row width
@@ -36,13 +29,6 @@
 #include "common.h"
 
 constexpr u32 GDN_THREADS = 32;
-// Tokens a register variant takes per chunk: their inputs load at once and their norms, beta
-// and decay are computed before the recurrence, so a token's own chain (decay, Sᵀk, the
-// update, Sᵀq) is all that stays sequential (an experiment knob, DS_GDN_TC; 1: token by token).
-#ifndef DS_GDN_TC
-#define DS_GDN_TC 4
-#endif
-constexpr u32 GDN_TC = DS_GDN_TC;
 constexpr u32 GDN_MAX_DK = 512;
 
 struct GdnArgs {
@@ -111,9 +97,10 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     constexpr u32 COLS = WARP / SPLIT;
     constexpr u32 R = DK / SPLIT;
     constexpr u32 M = DK / WARP;
-    // The normalised q and k of a chunk's tokens.
-    __shared__ float qn[GDN_TC][DK];
-    __shared__ float kn[GDN_TC][DK];
+    // Two buffers: token t writes qn[t % 2] while a lane may still read token t - 1's; the one
+    // barrier per token orders both.
+    __shared__ float qn[2][DK];
+    __shared__ float kn[2][DK];
     const u32 h = bid_x();
     const u32 lane = lane_id();
     const u32 part = lane / COLS;
@@ -130,82 +117,69 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     float s[R];
 #pragma unroll
     for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
-    for (u32 t0 = 0; t0 < p.T; t0 += GDN_TC) {
-        // The chunk's inputs, all loads at once, and everything that does not depend on the
-        // state (norms, beta, decay), token by token but with no dependence between tokens.
-        GdnTok<DK> x[GDN_TC];
+    // Token t + 1's inputs load while token t computes.
+    GdnTok<DK> cur = gdn_tok<DK>(qkv, b, a, 0, h, kh, j, active, p);
+    for (u32 t = 0; t < p.T; ++t) {
+        const GdnTok<DK> x = cur;
+        if (t + 1 < p.T) cur = gdn_tok<DK>(qkv, b, a, t + 1, h, kh, j, active, p);
+        if constexpr (LOG) {
+            float* row = log + (u64)t * (conv_dim + 2 * p.nv);
+            if (logs_qk) {
 #pragma unroll
-        for (u32 u = 0; u < GDN_TC; ++u)
-            if (t0 + u < p.T) x[u] = gdn_tok<DK>(qkv, b, a, t0 + u, h, kh, j, active, p);
-        float beta[GDN_TC], decay[GDN_TC];
-#pragma unroll
-        for (u32 u = 0; u < GDN_TC; ++u) {
-            if (t0 + u >= p.T) break;
-            const u32 t = t0 + u;
-            if constexpr (LOG) {
-                float* row = log + (u64)t * (conv_dim + 2 * p.nv);
-                if (logs_qk) {
-#pragma unroll
-                    for (u32 m = 0; m < DK / WARP; ++m) {
-                        row[kh * DK + lane + m * WARP] = x[u].q[m];
-                        row[key_dim + kh * DK + lane + m * WARP] = x[u].k[m];
-                    }
-                }
-                if (active && part == 0) row[2 * key_dim + h * p.dv + j] = x[u].v;
-                if (bid_y() == 0 && lane == 0) {
-                    row[conv_dim + h] = x[u].b;
-                    row[conv_dim + p.nv + h] = x[u].a;
+                for (u32 m = 0; m < DK / WARP; ++m) {
+                    row[kh * DK + lane + m * WARP] = x.q[m];
+                    row[key_dim + kh * DK + lane + m * WARP] = x.k[m];
                 }
             }
-            // q, k L2 norms: per lane in increasing i, then over the warp (the generic order).
-            float sq = 0.0f, sk = 0.0f;
-#pragma unroll
-            for (u32 m = 0; m < M; ++m) {
-                sq += x[u].q[m] * x[u].q[m];
-                sk += x[u].k[m] * x[u].k[m];
+            if (active && part == 0) row[2 * key_dim + h * p.dv + j] = x.v;
+            if (bid_y() == 0 && lane == 0) {
+                row[conv_dim + h] = x.b;
+                row[conv_dim + p.nv + h] = x.a;
             }
-#pragma unroll
-            for (u32 m = 16; m > 0; m >>= 1) {
-                sq += shfl_xor(sq, m);
-                sk += shfl_xor(sk, m);
-            }
-            const float rq = 1.0f / ds_sqrt(sq + p.l2_eps), rk = 1.0f / ds_sqrt(sk + p.l2_eps);
-#pragma unroll
-            for (u32 m = 0; m < M; ++m) {
-                qn[u][lane + m * WARP] = (x[u].q[m] * rq) * p.q_scale;
-                kn[u][lane + m * WARP] = x[u].k[m] * rk;
-            }
-            beta[u] = ds_sigmoid(x[u].b);
-            decay[u] = ds_expf(sa * ds_softplus(x[u].a + dtb));
         }
+        // q, k L2 norms: per lane in increasing i, then over the warp (the generic order).
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            sq += x.q[m] * x.q[m];
+            sk += x.k[m] * x.k[m];
+        }
+#pragma unroll
+        for (u32 m = 16; m > 0; m >>= 1) {
+            sq += shfl_xor(sq, m);
+            sk += shfl_xor(sk, m);
+        }
+        const float rq = 1.0f / ds_sqrt(sq + p.l2_eps), rk = 1.0f / ds_sqrt(sk + p.l2_eps);
+        float* qb = qn[t % 2];
+        float* kb = kn[t % 2];
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            qb[lane + m * WARP] = (x.q[m] * rq) * p.q_scale;
+            kb[lane + m * WARP] = x.k[m] * rk;
+        }
+        const float beta = ds_sigmoid(x.b);
+        const float g = sa * ds_softplus(x.a + dtb);
+        const float decay = ds_expf(g);
         sync_block();
-        // The recurrence: only the state's own chain is left per token.
+        // All lanes run the shuffles; inactive columns hold zeros.
+        float kv = 0.0f;
 #pragma unroll
-        for (u32 u = 0; u < GDN_TC; ++u) {
-            if (t0 + u >= p.T) break;
-            const float* kb = kn[u];
-            const float* qb = qn[u];
-            // All lanes run the shuffles; inactive columns hold zeros.
-            float kv = 0.0f;
-#pragma unroll
-            for (u32 i = 0; i < R; ++i) {
-                s[i] *= decay[u];
-                kv += s[i] * kb[i0 + i];
-            }
-#pragma unroll
-            for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
-            const float d = (x[u].v - kv) * beta[u];
-            float o = 0.0f;
-#pragma unroll
-            for (u32 i = 0; i < R; ++i) {
-                s[i] += kb[i0 + i] * d;
-                o += s[i] * qb[i0 + i];
-            }
-#pragma unroll
-            for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
-            if (active && part == 0) out[((u64)(t0 + u) * p.nv + h) * p.dv + j] = o;
+        for (u32 i = 0; i < R; ++i) {
+            s[i] *= decay;
+            kv += s[i] * kb[i0 + i];
         }
-        sync_block();  // every lane's reads of qn/kn are done before the next chunk writes them
+#pragma unroll
+        for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
+        const float d = (x.v - kv) * beta;
+        float o = 0.0f;
+#pragma unroll
+        for (u32 i = 0; i < R; ++i) {
+            s[i] += kb[i0 + i] * d;
+            o += s[i] * qb[i0 + i];
+        }
+#pragma unroll
+        for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
+        if (active && part == 0) out[((u64)t * p.nv + h) * p.dv + j] = o;
     }
     if (active && !LOG) {
 #pragma unroll

@@ -13,7 +13,6 @@ set -u
 C=${C:-carry/s37}
 # Every *.tar.xz in $C, in name order (a later one replaces files of an earlier one).
 [ -x $C/ds_n ] || (cd $C && for a in *.tar.xz; do xz -dc $a | tar -xf -; done && chmod +x ds_* hip_* spec_*)
-ls $C
 ln -sf ds_n $C/deltaspec
 source tools/device/env.sh
 OUT=${OUT:-/tmp/out}
@@ -52,18 +51,17 @@ b() { # tag bin args...
 }
 # A staged kernel that hangs must not eat the call: one short 16-row run first.
 vs="n nt"
-gv=$([ -x $C/ds_g ] && echo g)  # ds_g: the chunked gated delta net (session 37), where carried
 st staged probe
 timeout -k 5 40 $(cmd nt) bench decode --model $W/m.gguf --backend hip:cuda -n 4 --rows 16 --bw-mib 64 2>&1 |
     grep -E "decode:|rror|panick" || { echo "staged probe failed: nt dropped"; vs=n; }
 st rows
 for i in 1 2; do
     for r in 16 8; do
-        for v in $vs $gv; do b "$v rows $r" $v -n 16 --rows $r --bw-mib 256; done
+        for v in $vs; do b "$v rows $r" $v -n 16 --rows $r --bw-mib 256; done
     done
 done
 st one row
-for v in n a5 g5 a3b8 h $gv n a5 g5 a3b8 $gv; do b "$v" $v -n 64 --bw-mib 256; done
+for v in n a5 g5 a3b8 h n a5 g5 a3b8; do b "$v" $v -n 64 --bw-mib 256; done
 st ncu
 for r in 16 8; do
     for v in $vs; do
@@ -75,7 +73,7 @@ for r in 16 8; do
     [ -f $OUT/ncu_nt_r$r.csv ] && python3 tools/device/ncu_step.py $OUT/ncu_n_r$r.csv $OUT/ncu_nt_r$r.csv | tail -24
 done
 st greedy
-for v in n h a5 $gv; do
+for v in n h a5; do
     (( SECONDS - t0 > LIM - 40 )) && break
     timeout -k 5 40 $(cmd $v) generate --model $W/m.gguf --backend hip:cuda --tokens 1,2,3 -n 12 2>&1 | tail -2 | sed "s/^/[$v] /"
 done
