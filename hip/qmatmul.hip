@@ -616,11 +616,10 @@ struct QSeg {
     u32 M, b;
     bool first;
 };
-// b: the block (or, for the persistent staged kernels, the tile) to place.
 template <u32 RPB>
 DEV QSeg qgemv_pick(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2, float* Y2,
-                    u32 M2, const u8* W3, float* Y3, u32 M3, u32 b = bid_x()) {
-    QSeg s{W0, Y0, M0, b, true};
+                    u32 M2, const u8* W3, float* Y3, u32 M3) {
+    QSeg s{W0, Y0, M0, bid_x(), true};
     const u32 b0 = (M0 + RPB - 1) / RPB, b1 = (M1 + RPB - 1) / RPB, b2 = (M2 + RPB - 1) / RPB;
     if (s.b >= b0) {
         s = QSeg{W1, Y1, M1, s.b - b0, false};
@@ -763,151 +762,120 @@ DS_FOR_EACH_QTYPE(DS_QGEMV1_TYPE)
 DS_QGEMV1_PIPE_TYPE(iq4_xs, IIQ4_XS)
 
 // The staged 1-row kernels: qgemv_<type>_1t<S> and the gate/up pair qgemv_glu_<type>_1t<S>
-// (`DELTASPEC_HIP_Q1_SMALL=t<S>`, `DELTASPEC_HIP_Q1_GLU=t<S>`). A tile is QT_COLS output rows
-// (columns of the pair), 2 per warp, whose weight rows stream round by round through a ring of
-// S shared-memory stages: stage k holds round k of the block's sequence of rounds, one run of
-// QT_COLS · RB bytes per matrix (one bulk copy where a panel holds the tile's rows), and every
-// warp decodes its rows' items from it. Why: a register-loading warp keeps only a round or two
-// of its rows in flight; the copy engine keeps S rounds of the whole block in flight with no
-// registers. The blocks are persistent (session 37; as the staged verify tile,
-// hip/qmma_staged.h): block b walks tiles b, b + G, ... (G blocks, a few per SM), the warp that
-// releases a stage last refills it with round k + S at once (no block barrier per round), and
-// the next tile's first rounds stream while a tile's warps finish (the first kernel of this form,
-// one tile per block and a block barrier per round, lost 3-10 % a step: session 36). The first S
-// rounds are requested before grid_begin (weights are never written). Each lane still
-// accumulates items s = lane, lane + 32, ... of each row with the same decode and float steps as
-// the pipelined kernel (deq_raw, qgemv_item_one), then the same warp_sum (and silu · up): the
-// same bits as every other 1-row and verify kernel. Mirrored by kernels::Q1_STAGES,
-// kernels::Q1_STAGED_ROWS and kernels::Q1_STAGED_THREADS.
+// (`DELTASPEC_HIP_Q1_SMALL=t<S>`, `DELTASPEC_HIP_Q1_GLU=t<S>`). A block owns QT_COLS output
+// rows (columns of the pair), 2 per warp, and streams its weight rows round by round through S
+// shared-memory stages: thread 0 issues each round's run of QT_COLS · RB bytes per matrix (one
+// bulk copy where a panel holds the block's rows) and every warp decodes its rows' items from
+// the stage. Why: a register-loading warp keeps only a round or two of its rows in flight, and
+// a single 95 MB read of that kind reaches ~2.8 TB/s at best on an H100 (session 32's probe)
+// against ~3.15 for a copy; the copy engine keeps S rounds of the whole block in flight with no
+// registers, and the first S rounds are requested before grid_begin (weights are never
+// written), so they stream during the previous kernel's tail. Each lane still accumulates
+// items s = lane, lane + 32, ... of each row with the same decode and float steps as the
+// pipelined kernel (deq_raw, qgemv_item_one), then the same warp_sum (and silu · up): the same
+// bits as every other 1-row and verify kernel. Mirrored by kernels::Q1_STAGES and
+// kernels::Q1_STAGED_ROWS.
 constexpr u32 QT_COLS = 8;
-// A tile of the staged kernels: its matrix (and the pair's up matrix), output, rows, first
-// row, and whether it is segment 0 of a group (the folded conv and the query/gate halves).
-struct QTile {
-    const u8 *W, *WU;
-    float* Y;
-    u32 M, c0;
-    bool first;
-};
-template <class Q, u32 S, bool GLU, class Pick>
-DEV void qgemv_staged(const Pick& pick, u32 tiles, const i8* __restrict__ XQ, const float* __restrict__ XD,
-                      const float* __restrict__ XS, u32 K, u64 row_bytes,
-                      QConv cv = QConv{nullptr, nullptr, nullptr, 0}, QSplit sp = QSplit{nullptr, nullptr, 0}) {
+template <class Q, u32 S, bool GLU>
+DEV void qgemv_staged(const u8* __restrict__ WG, const u8* __restrict__ WU, const i8* __restrict__ XQ,
+                      const float* __restrict__ XD, const float* __restrict__ XS, float* __restrict__ Y, u32 K,
+                      u32 M, u64 row_bytes, u32 b, QConv cv = QConv{nullptr, nullptr, nullptr, 0},
+                      bool conv = false, QSplit sp = QSplit{nullptr, nullptr, 0}) {
     static_assert(QT_COLS == 2 * QG_WARPS, "two output rows per warp");
     constexpr u32 IPB = Q::QK / 32, RB = wl_round_bytes<Q>(), RS = wl_round_stride<Q>();
     constexpr u32 MATS = GLU ? 2 : 1, RW = 2 * MATS;  // matrices; weight rows per warp
     constexpr u32 PIECE = QT_COLS * RB, STAGE = MATS * PIECE;  // one matrix's rows of a round; all
     static_assert(RB % 16 == 0, "bulk copies move multiples of 16 bytes");
-    // The tile's rows of a round are one run when a panel holds them (panels are padded to
-    // whole panels, so the last tile's run stays inside the matrix).
+    // The block's rows of a round are one run when a panel holds them (panels are padded to
+    // whole panels, so the last block's run stays inside the matrix).
     constexpr bool RUN = WlPanel<Q>::v && DS_WL_G % QT_COLS == 0;
     constexpr bool SPLIT = Q::SPLIT;
-    constexpr bool CONV = !GLU && QConvFold<Q>::v;
     alignas(128) __shared__ u8 stage[S][STAGE];
-    __shared__ u64 full[S];  // stage k % S holds round k
-    __shared__ u32 done[S];  // warps done with a stage, QG_WARPS per round it held
+    __shared__ u64 bar[S];
     const u32 tid = tid_x(), lane = lane_id(), lc = 2 * (tid / WARP);
-    const u32 nb = K / 32, nr = (nb + WARP - 1) / WARP;
-    const u32 G = gdim_x(), b = bid_x();
-    const u32 mine = b < tiles ? (tiles - b + G - 1) / G : 0;
-    const u32 total = mine * nr;  // rounds this block streams
-    auto issue = [&](u32 k) {  // round k into stage k % S (one thread)
-        const QTile tl = pick(b + (k / nr) * G);
-        u64* bar = &full[k % S];
-        mbar_expect(bar, STAGE);
+    const u32 c0 = b * QT_COLS, nb = K / 32, nr = (nb + WARP - 1) / WARP;
+    auto issue = [&](u32 k) {  // round k into stage k % S (thread 0)
+        u64* b = &bar[k % S];
+        mbar_expect(b, STAGE);
 #pragma unroll
         for (u32 m = 0; m < MATS; ++m) {
-            const u8* W = m ? tl.WU : tl.W;
+            const u8* W = m ? WU : WG;
             u8* dst = stage[k % S] + m * PIECE;
             if constexpr (RUN) {
-                bulk_copy(dst, W + wl_row<Q>(tl.c0, K, row_bytes) + (u64)(k % nr) * RS, PIECE, bar);
+                bulk_copy(dst, W + wl_row<Q>(c0, K, row_bytes) + (u64)k * RS, PIECE, b);
             } else {
                 for (u32 r = 0; r < QT_COLS; ++r) {
-                    const u32 j = tl.c0 + r < tl.M ? tl.c0 + r : tl.M - 1;
-                    bulk_copy(dst + r * RB, W + wl_row<Q>(j, K, row_bytes) + (u64)(k % nr) * RS, RB, bar);
+                    const u32 j = c0 + r < M ? c0 + r : M - 1;
+                    bulk_copy(dst + r * RB, W + wl_row<Q>(j, K, row_bytes) + (u64)k * RS, RB, b);
                 }
             }
         }
     };
     if (tid == 0) {
-        for (u32 i = 0; i < S; ++i) mbar_init(&full[i]), done[i] = 0;
-        for (u32 k = 0; k < S && k < total; ++k) issue(k);
+        for (u32 i = 0; i < S; ++i) mbar_init(&bar[i]);
+        for (u32 k = 0; k < S && k < nr; ++k) issue(k);
     }
-    sync_block();  // the barriers and counters are initialised before anyone uses them
+    sync_block();  // the barriers are initialised before anyone waits on them
     grid_begin();
+    constexpr bool CONV = !GLU && QConvFold<Q>::v;
+    if constexpr (CONV) {
+        if (conv) qgemv_conv_hint(cv, c0 + lc, 2, M, lane);
+    }
     const u32 ib = lane % IPB;
-    u32 k = 0;
-    for (u32 i = 0; i < mine; ++i) {
-        const QTile tl = pick(b + i * G);
-        const bool conv = CONV && cv.w != nullptr && tl.first;
-        if constexpr (CONV) {
-            if (conv) qgemv_conv_hint(cv, tl.c0 + lc, 2, tl.M, lane);
-        }
-        float acc[RW];  // row lc, lc + 1 (of the gate, then of the up matrix)
+    float acc[RW];  // row lc, lc + 1 (of the gate, then of the up matrix)
 #pragma unroll
-        for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f;
-        for (u32 c = 0; c < nr; ++c, ++k) {
-            mbar_wait(&full[k % S], (k / S) & 1);
-            const u32 s = c * WARP + lane;
-            if (s < nb) {
-                const QX x = qgemv_x<Q::NOMIN>(XQ, XD, XS, s);
-                const u8* st = stage[k % S] + (lane / IPB) * Q::QB;
+    for (u32 r = 0; r < RW; ++r) acc[r] = 0.0f;
+    for (u32 k = 0; k < nr; ++k) {
+        mbar_wait(&bar[k % S], (k / S) & 1);
+        const u32 s = k * WARP + lane;
+        if (s < nb) {
+            const QX x = qgemv_x<Q::NOMIN>(XQ, XD, XS, s);
+            const u8* st = stage[k % S] + (lane / IPB) * Q::QB;
 #pragma unroll
-                for (u32 r = 0; r < RW; ++r) {
-                    typename Q::Raw raw;
-                    Q::raw(st + (r / 2) * PIECE + (lc + r % 2) * RB, ib, raw);
-                    QItem it;
-                    Q::template deq_raw<SPLIT>(raw, ib, it);
-                    acc[r] = qgemv_item_one<Q::NOMIN, Q::SAME, SPLIT>(it, x, acc[r]);
-                }
+            for (u32 r = 0; r < RW; ++r) {
+                typename Q::Raw raw;
+                Q::raw(st + (r / 2) * PIECE + (lc + r % 2) * RB, ib, raw);
+                QItem it;
+                Q::template deq_raw<SPLIT>(raw, ib, it);
+                acc[r] = qgemv_item_one<Q::NOMIN, Q::SAME, SPLIT>(it, x, acc[r]);
             }
-            sync_warp();  // every lane's reads of the stage are done
-            if (lane == 0 && atom_add_cta(&done[k % S], 1) % QG_WARPS == QG_WARPS - 1 && k + S < total)
-                issue(k + S);
         }
-        const QSplit tsp = tl.first ? sp : QSplit{nullptr, nullptr, 0};
-        float out[2];
+        if (k + S < nr) {  // (the same for the whole block)
+            sync_block();  // every warp is done with stage k % S before it is refilled
+            if (tid == 0) issue(k + S);
+        }
+    }
+    float out[2];
 #pragma unroll
-        for (u32 c = 0; c < 2; ++c) {
-            const float v = warp_sum(acc[c]);
-            const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? 2 + c : c]) : v;
-            if (lane == 0 && tl.c0 + lc + c < tl.M) qgemv_store(tl.Y, tsp, tl.M, 0, tl.c0 + lc + c, o);
-            out[c] = o;
-        }
-        if constexpr (CONV) {
-            // Every lane holds both rows' outputs (warp_sum's butterfly); lane c updates row lc + c.
-            if (conv && lane < 2 && tl.c0 + lc + lane < tl.M) qgemv_conv_row(cv, tl.c0 + lc + lane, lane ? out[1] : out[0]);
-        }
+    for (u32 c = 0; c < 2; ++c) {
+        const float v = warp_sum(acc[c]);
+        const float o = GLU ? ds_silu(v) * warp_sum(acc[GLU ? 2 + c : c]) : v;
+        if (lane == 0 && c0 + lc + c < M) qgemv_store(Y, sp, M, 0, c0 + lc + c, o);
+        out[c] = o;
+    }
+    if constexpr (CONV) {
+        // Every lane holds both rows' outputs (warp_sum's butterfly); lane c updates row lc + c.
+        if (conv && lane < 2 && c0 + lc + lane < M) qgemv_conv_row(cv, c0 + lc + lane, lane ? out[1] : out[0]);
     }
 }
 
 // The staged kernel over up to four segments of one activation row (qgemv_seg's grouping with
-// QT_COLS rows a tile): the qkv segment's folded conv and the query/gate halves included.
+// QT_COLS rows a block): the qkv segment's folded conv and the query/gate halves included.
 template <class Q, u32 S>
 DEV void qgemv_staged_seg(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,
                           float* Y2, u32 M2, const u8* W3, float* Y3, u32 M3, const i8* XQ, const float* XD,
                           const float* XS, u32 K, u64 row_bytes, const float* CW, float* CS, float* CY, float* SA,
                           float* SB, u32 SH) {
-    auto pick = [&](u32 i) {
-        const QSeg s = qgemv_pick<QT_COLS>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3, i);
-        return QTile{s.W, nullptr, s.Y, s.M, s.b * QT_COLS, s.first};
-    };
-    const u32 tiles = (M0 + QT_COLS - 1) / QT_COLS + (M1 + QT_COLS - 1) / QT_COLS + (M2 + QT_COLS - 1) / QT_COLS +
-                      (M3 + QT_COLS - 1) / QT_COLS;
-    qgemv_staged<Q, S, false>(pick, tiles, XQ, XD, XS, K, row_bytes, QConv{CW, CS, CY, M0}, QSplit{SA, SB, SH});
-}
-// One matrix (WU null) or a gate/up pair.
-template <class Q, u32 S, bool GLU>
-DEV void qgemv_staged_one(const u8* W, const u8* WU, const i8* XQ, const float* XD, const float* XS, float* Y,
-                          u32 K, u32 M, u64 row_bytes) {
-    auto pick = [&](u32 i) { return QTile{W, WU, Y, M, i * QT_COLS, false}; };
-    qgemv_staged<Q, S, GLU>(pick, (M + QT_COLS - 1) / QT_COLS, XQ, XD, XS, K, row_bytes);
+    const QSeg s = qgemv_pick<QT_COLS>(W0, Y0, M0, W1, Y1, M1, W2, Y2, M2, W3, Y3, M3);
+    qgemv_staged<Q, S, false>(s.W, nullptr, XQ, XD, XS, s.Y, K, s.M, row_bytes, s.b, QConv{CW, CS, CY, M0},
+                              CW != nullptr && s.first, QSplit{SA, SB, s.first ? SH : 0u});
 }
 #define DS_QGEMV1_T(name, Q, S)                                                                            \
     KERNEL(QG_THREADS)                                                                                     \
     qgemv_##name##_1t##S(const u8* W, const i8* XQ, const float* XD, const float* XS, float* Y, u32 N,      \
                          u32 K, u32 M, u64 row_bytes) {                                                    \
         (void)N;                                                                                           \
-        qgemv_staged_one<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes);                         \
+        qgemv_staged<Q, S, false>(W, nullptr, XQ, XD, XS, Y, K, M, row_bytes, bid_x());                    \
     }                                                                                                      \
     KERNEL(QG_THREADS)                                                                                     \
     qgemv4_##name##_1t##S(const u8* W0, float* Y0, u32 M0, const u8* W1, float* Y1, u32 M1, const u8* W2,  \
@@ -922,7 +890,7 @@ DEV void qgemv_staged_one(const u8* W, const u8* WU, const i8* XQ, const float* 
     qgemv_glu_##name##_1t##S(const u8* WG, const u8* WU, const i8* XQ, const float* XD, const float* XS,   \
                              float* Y, u32 N, u32 K, u32 M, u64 row_bytes) {                               \
         (void)N;                                                                                           \
-        qgemv_staged_one<Q, S, true>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes);                              \
+        qgemv_staged<Q, S, true>(WG, WU, XQ, XD, XS, Y, K, M, row_bytes, bid_x());                         \
     }
 DS_QGEMV1_T(iq4_xs, IIQ4_XS, 3)
 DS_QGEMV1_T(iq4_xs, IIQ4_XS, 5)

@@ -227,7 +227,7 @@ fn matrix_core_gemv_equals_the_dp4a_kernel_fused_and_unfused() {
             };
             mma.set_qgemv_mma(true);
             mma.set_qmmp(false); // 33 rows: the verify tile, not the prefill tile's order
-            mma.set_staged_grid(Some(3));
+            mma.set_qmma_staged_grid(Some(3));
             dp4a.set_qgemv_mma(false);
             let count = mma.launch_counter();
             let mma_on = mma.matrix_cores();
@@ -283,7 +283,7 @@ fn staged_matrix_core_tile_equals_the_dp4a_kernel() {
             let (w, g, inputs) = random_case(n, k, DType::Iq4Xs);
             let (b, _) = run(&mut dp4a, &|| 0, &g, &w, &inputs);
             for cap in [Some(1), Some(2), Some(3), None] {
-                mma.set_staged_grid(cap);
+                mma.set_qmma_staged_grid(cap);
                 let (a, launches) = run(&mut mma, &|| count.get(), &g, &w, &inputs);
                 let what = format!("k={k} n={n} grid cap {cap:?}: staged vs dp4a");
                 assert_same_bits(&what, &a, &b);
@@ -463,8 +463,6 @@ fn pipelined_one_row_variants_keep_the_bits() {
                 return;
             };
             be.set_q1(plain, glu);
-            // The staged kernels are persistent: 3 blocks walk every tile.
-            be.set_staged_grid(Some(3));
             let c = be.launch_counter();
             let (got, _) = run(&mut be, &|| c.get(), &g, &w, &inputs);
             assert_same_bits(&format!("k {k} {plain:?} {glu:?}"), &got, &want);

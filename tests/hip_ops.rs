@@ -411,7 +411,7 @@ fn matmul_int8_matrix_core_rows_equal_the_dp4a_rows() {
             g.set_qmma_min_rows(2);
             g.set_qmma_skip(Some(Vec::new())); // every type on the matrix cores, Q8_0 too
             g.set_qmmp(false); // the verify tile at 33 rows: the prefill tile sums in another order
-            g.set_staged_grid(Some(2));
+            g.set_qmma_staged_grid(Some(2));
             let wid = g.upload_weights(&w).unwrap();
             let sid = g.alloc_states(&[]).unwrap();
             let x = rng.vec_normal(33 * k, 1.0);

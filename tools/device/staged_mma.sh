@@ -3,16 +3,14 @@
 # small-matrix panels (never run on a GPU before) and of the staged verify tile (`qmma*t`,
 # DELTASPEC_HIP_QMMA_V2=4), then 8/16-row steps default (n) against staged (nt), interleaved;
 # ncu of both at 16 and 8 rows; 1-row steps of n against the 32-row-panel build (h); greedy
-# tokens of n and h (must be equal); the DFlash2 chain with and without the staged tile; the
-# persistent staged 1-row kernels (DELTASPEC_HIP_Q1*=t<S>) against the default.
-# $C holds bins.tar.xz and n2.tar.xz: ds_n (this tree), ds_h (DELTASPEC_HIP_DEFINES=DS_WL_G=32), and the
+# tokens of n and h (must be equal); the DFlash2 chain with and without the staged tile.
+# $C holds bins.tar.xz: ds_n (this tree), ds_h (DELTASPEC_HIP_DEFINES=DS_WL_G=32), and the
 # test binaries hip_ops hip_fused hip_graph spec_tree hip_spec_graphs. From the repo root:
 #   run(command="C=carry/s37 bash tools/device/staged_mma.sh 2>&1 | tee $OUT/c1.log",
 #       carry=["carry/s37", ".gl"])
 set -u
 C=${C:-carry/s37}
-# Every *.tar.xz in $C, in name order (a later one replaces files of an earlier one).
-[ -x $C/ds_n ] || (cd $C && for a in *.tar.xz; do xz -dc $a | tar -xf -; done && chmod +x ds_* hip_* spec_*)
+[ -x $C/ds_n ] || (cd $C && xz -dc bins.tar.xz | tar -xf - && chmod +x ds_* hip_* spec_*)
 ln -sf ds_n $C/deltaspec
 source tools/device/env.sh
 OUT=${OUT:-/tmp/out}
@@ -32,13 +30,9 @@ TT=90 t hip_spec_graphs DELTASPEC_HIP_QMMA_V2=4
 TT=90 t spec_tree DELTASPEC_HIP_QMMA_V2=4
 wait
 st synth done
-cmd() { # nt: the staged verify tile; g5: the staged 1-row gate/up pair; a5 / a3b8: every IQ4_XS
-    # 1-row GEMV staged (5 stages, 4 blocks per SM / 3 stages, 8 blocks per SM)
+cmd() {
     case $1 in
     nt) echo "env DELTASPEC_HIP_QMMA_V2=4 $C/ds_n" ;;
-    g5) echo "env DELTASPEC_HIP_Q1_GLU=t5 $C/ds_n" ;;
-    a5) echo "env DELTASPEC_HIP_Q1_GLU=t5 DELTASPEC_HIP_Q1_SMALL=t5 DELTASPEC_HIP_Q1=t5 $C/ds_n" ;;
-    a3b8) echo "env DELTASPEC_HIP_Q1_GLU=t3 DELTASPEC_HIP_Q1_SMALL=t3 DELTASPEC_HIP_Q1=t3 DELTASPEC_HIP_Q1_STAGED_BLOCKS=8 $C/ds_n" ;;
     *) echo "$C/ds_$1" ;;
     esac
 }
@@ -61,7 +55,7 @@ for i in 1 2; do
     done
 done
 st one row
-for v in n a5 g5 a3b8 h n a5 g5 a3b8; do b "$v" $v -n 64 --bw-mib 256; done
+for v in n h n h; do b "$v" $v -n 64 --bw-mib 256; done
 st ncu
 for r in 16 8; do
     for v in $vs; do
@@ -73,9 +67,9 @@ for r in 16 8; do
     [ -f $OUT/ncu_nt_r$r.csv ] && python3 tools/device/ncu_step.py $OUT/ncu_n_r$r.csv $OUT/ncu_nt_r$r.csv | tail -24
 done
 st greedy
-for v in n h a5; do
+for v in n h; do
     (( SECONDS - t0 > LIM - 40 )) && break
-    timeout -k 5 40 $(cmd $v) generate --model $W/m.gguf --backend hip:cuda --tokens 1,2,3 -n 12 2>&1 | tail -2 | sed "s/^/[$v] /"
+    timeout -k 5 40 $C/ds_$v generate --model $W/m.gguf --backend hip:cuda --tokens 1,2,3 -n 12 2>&1 | tail -1 | sed "s/^/[$v] /"
 done
 (( SECONDS - t0 < LIM - 120 )) && spec hip:cuda chain code
 [ "$vs" = "n nt" ] && (( SECONDS - t0 < LIM - 60 )) && DELTASPEC_HIP_QMMA_V2=4 spec hip:cuda chain code

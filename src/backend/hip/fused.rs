@@ -325,7 +325,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
             be,
             source,
             &name,
-            [be.persistent_grid(&name, blocks(m as u64, cols)), grid_y, 1],
+            [be.mma_grid(&name, blocks(m as u64, cols)), grid_y, 1],
             threads,
             &[
                 Arg::P(wptr(0)),
@@ -418,7 +418,7 @@ fn group(be: &HipBackend, env: &Env, grp: &Group, conv: Option<usize>) -> Result
             }
         }
         let grid = u32::try_from(grid).map_err(|_| be.dev_err("fused GEMV grid too large"))?;
-        let grid = be.persistent_grid(&name, grid);
+        let grid = be.mma_grid(&name, grid);
         launch(be, source, &name, [grid, grid_y, 1], threads, &args)?;
     }
     Ok(())

@@ -300,11 +300,8 @@ pub const Q1_PIPE_TYPES: &[&str] = &["iq4_xs"];
 /// block streams its rows through S shared-memory stages filled by bulk copies,
 /// [`Q1_STAGED_ROWS`] output rows (columns of a gate/up pair) per block.
 pub const Q1_STAGES: &[u32] = &[3, 5];
-/// Output rows per tile of the staged kernels (`QT_COLS`).
+/// Output rows per block of the staged kernels (`QT_COLS`).
 pub const Q1_STAGED_ROWS: u64 = 8;
-/// Blocks per multiprocessor of the (persistent) staged 1-row kernels' grid by default (4 warps
-/// each; `DELTASPEC_HIP_Q1_STAGED_BLOCKS` overrides).
-pub const Q1_STAGED_BLOCKS_PER_SM: u32 = 4;
 
 /// How a 1-row variant keeps its loads in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

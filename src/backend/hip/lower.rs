@@ -987,7 +987,7 @@ pub(super) fn qgemv(
         source,
         &name,
         [
-            be.persistent_grid(&name, blocks(m as u64, rows_per_block)),
+            be.mma_grid(&name, blocks(m as u64, rows_per_block)),
             grid_y,
             1,
         ],

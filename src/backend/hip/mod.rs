@@ -283,13 +283,9 @@ pub struct HipBackend {
     /// tile; 4 takes the staged kernels (`qmma*t`, `hip/qmma_staged.h`) where the type has
     /// them at that tile, and the default elsewhere.
     qmma_v2: Option<u8>,
-    /// At most this many blocks in a launch of the persistent staged kernels (`qmma*t`,
-    /// `qgemv*_1t<S>`; tests: several tiles per block). `None`: their blocks per
-    /// multiprocessor (`kernels::QMMA_STAGED_BLOCKS_PER_SM`, `q1_staged_blocks`).
-    staged_grid: Option<u32>,
-    /// Blocks per multiprocessor of the staged 1-row kernels (`DELTASPEC_HIP_Q1_STAGED_BLOCKS`,
-    /// default `kernels::Q1_STAGED_BLOCKS_PER_SM`).
-    q1_staged_blocks: u32,
+    /// At most this many blocks in a staged matrix-core launch (tests: several tiles per block;
+    /// `None`: `kernels::QMMA_STAGED_BLOCKS_PER_SM` per multiprocessor).
+    qmma_staged_grid: Option<u32>,
     /// Forced 1-row int8 GEMV variants for A/B runs (NVIDIA only): `DELTASPEC_HIP_Q1=r<R>u<U>`
     /// for plain and grouped projections, `DELTASPEC_HIP_Q1_GLU=u<U>` for gate/up pairs (`None`:
     /// unset, each type's default; `Some(None)`: set to a name that is not a variant, the
@@ -435,11 +431,7 @@ impl HipBackend {
                 .ok()
                 .and_then(|v| v.parse::<u8>().ok())
                 .map(|v| v.min(4)),
-            staged_grid: None,
-            q1_staged_blocks: std::env::var("DELTASPEC_HIP_Q1_STAGED_BLOCKS")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-                .map_or(kernels::Q1_STAGED_BLOCKS_PER_SM, |v| v.clamp(1, 32)),
+            qmma_staged_grid: None,
             q1_plain: std::env::var("DELTASPEC_HIP_Q1")
                 .ok()
                 .and_then(|v| kernels::parse_q1(&v)),
@@ -604,11 +596,10 @@ impl HipBackend {
         self.drop_graphs(|_| true);
     }
 
-    /// Caps the grid of the persistent staged kernels (`qmma*t`, `qgemv*_1t<S>`; `None`: their
-    /// blocks per multiprocessor), so tests can give each block several tiles; results are
-    /// bit-identical either way.
-    pub fn set_staged_grid(&mut self, cap: Option<u32>) {
-        self.staged_grid = cap.map(|c| c.max(1));
+    /// Caps the grid of the staged matrix-core kernels (`None`: two blocks per multiprocessor),
+    /// so tests can give each block several tiles; results are bit-identical either way.
+    pub fn set_qmma_staged_grid(&mut self, cap: Option<u32>) {
+        self.qmma_staged_grid = cap.map(|c| c.max(1));
         self.drop_graphs(|_| true);
     }
 
@@ -739,23 +730,17 @@ impl HipBackend {
         }
     }
 
-    /// The grid of a launch of int8 GEMV kernel `name` over `blocks` tiles: the staged kernels
-    /// (`qmma*t`, `qgemv*_1t<S>`) are persistent (each block walks tiles b, b + grid, ...), so
-    /// at most their blocks per multiprocessor; every other kernel one block a tile.
-    pub(super) fn persistent_grid(&self, name: &str, blocks: u32) -> u32 {
-        let per_sm = if name.starts_with("qmma") && name.ends_with('t') {
-            kernels::QMMA_STAGED_BLOCKS_PER_SM
-        } else if kernels::Q1_STAGES
-            .iter()
-            .any(|s| name.ends_with(&format!("_1t{s}")))
-        {
-            self.q1_staged_blocks
-        } else {
+    /// The grid of a matrix-core launch of kernel `name` over `blocks` tiles: the staged
+    /// kernels (`qmma*t`) are persistent (each block walks tiles b, b + grid, ...), so at most
+    /// `kernels::QMMA_STAGED_BLOCKS_PER_SM` per multiprocessor; every other kernel one block a
+    /// tile.
+    fn mma_grid(&self, name: &str, blocks: u32) -> u32 {
+        if !(name.starts_with("qmma") && name.ends_with('t')) {
             return blocks;
-        };
-        let cap = self
-            .staged_grid
-            .unwrap_or(per_sm.saturating_mul(self.drv.multiprocessors()));
+        }
+        let cap = self.qmma_staged_grid.unwrap_or(
+            kernels::QMMA_STAGED_BLOCKS_PER_SM.saturating_mul(self.drv.multiprocessors()),
+        );
         blocks.min(cap.max(1))
     }
 
