@@ -16,7 +16,12 @@
 // arrive while this one's butterfly runs. The warps read their items from the stage instead of
 // global memory; the activations stay in global memory (L1/L2: every block reads them).
 //
-// Off by default until measured: `DELTASPEC_HIP_QMMA_V2=4`. NVIDIA sm_90 (the TMA); on the CPU
+// Opt-in (`DELTASPEC_HIP_QMMA_V2=4`): measured slower. H100, session 37: 27B steps of 16 rows
+// 14.94 ms against 14.68 for `w`, of 8 rows 10.92 against 10.79 for `q`; ncu gate/up 74.1 µs
+// against 77.3 but single projections 34.3 against 32.2, with the same issue rate (0.55 per
+// scheduler, 45 % of cycles with no eligible warp): with the weights in shared memory the
+// warps still wait on their own chains (activations, shuffles, mma, the float combine), so
+// the tile is not bound by how the weights arrive. NVIDIA sm_90 (the TMA); on the CPU
 // emulator (and sm_80) the copy is synchronous and every wait a block barrier, with the same
 // values.
 
