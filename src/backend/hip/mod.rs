@@ -735,7 +735,11 @@ impl HipBackend {
     /// `kernels::QMMA_STAGED_BLOCKS_PER_SM` per multiprocessor; every other kernel one block a
     /// tile.
     fn mma_grid(&self, name: &str, blocks: u32) -> u32 {
-        if !(name.starts_with("qmma") && name.ends_with('t')) {
+        let staged = name.starts_with("qmma")
+            && kernels::QMMA_STAGED_TILES
+                .iter()
+                .any(|nt| name.ends_with(&format!("_{nt}t")));
+        if !staged {
             return blocks;
         }
         let cap = self.qmma_staged_grid.unwrap_or(
