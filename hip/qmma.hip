@@ -437,12 +437,57 @@ DEV void qmma_groups(QmGroup (&grp)[TG], const i8* XQ, u32 n0, u32 N, u32 K, u32
 }
 
 // The end of a verify tile: warp_sum's butterfly over the partial index j of acc (partial R·w +
-// jj of warp w in acc[jj]), the steps across warps through `red`, then warp 0 writes outputs
-// (ra, rb) × (inputs n0 + 8·tg + 2t, + 1), or silu(gate) · up of column ra (GLU). Every thread
-// of the block calls it (barriers).
-template <u32 TG, u32 R, bool GLU>
+// jj of warp w in acc[jj]), then the outputs (ra, rb) × (inputs n0 + 8·tg + 2t, + 1), or
+// silu(gate) · up of column ra (GLU). Every thread of the block calls it (barriers).
+//
+// ONE (TG <= 2, the 8- and 16-row tiles): every warp leaves its partials in `red` (all 32
+// residues, 16 · TG KB), one barrier, then warp 2·tg + c adds the 32 partials of outputs c and
+// c + 2 of group tg by the butterfly's tree (level m: p_j + p_{j+m} for j < m, m = 16 .. 1) and
+// writes them. Why: the stepwise form below passes the cross-warp steps through red one mask at
+// a time, two barriers each, with half the remaining warps idle per step and warp 0 finishing
+// alone; ncu put 10 % of the 16-row gate/up tile's stall samples on those barriers (session 38).
+// The same additions in the same order: the same bits.
+// Otherwise (stepwise; red holds the upper half's 16 residues): the steps across warps through
+// red, then warp 0 adds the steps within a warp in registers and writes every output.
+template <u32 TG>
+constexpr u32 qmma_red_floats(bool one) {
+    return (one ? 32 : 16) * 4 * TG * WARP;
+}
+template <u32 TG, u32 R, bool GLU, bool ONE = false>
 DEV void qmma_finish(float (&acc)[R][TG][4], float* red, u32 w, u32 lane, u32 t, u32 ra, u32 rb, u32 n0, u32 N,
                      u32 M, float* __restrict__ Y) {
+    if constexpr (ONE) {
+        constexpr u32 SLOTS = R * 4 * TG;  // one warp's partials, per lane
+        sync_block();                      // the previous group's reads are done
+        // Partial j = R·w + jj of slot 4·tg + o at red[(j · 4·TG + 4·tg + o) · WARP + lane].
+        float* dst = red + w * SLOTS * WARP + lane;
+#pragma unroll
+        for (u32 i = 0; i < SLOTS; ++i) dst[i * WARP] = acc[i / (4 * TG)][i / 4 % TG][i % 4];
+        sync_block();
+        if (w >= 2 * TG) return;
+        const u32 tg = w / 2, c = w % 2;
+        float v[2];
+#pragma unroll
+        for (u32 h = 0; h < 2; ++h) {
+            const float* src = red + (4 * tg + c + 2 * h) * WARP + lane;
+            float p[WARP];
+#pragma unroll
+            for (u32 j = 0; j < WARP; ++j) p[j] = src[j * 4 * TG * WARP];
+#pragma unroll
+            for (u32 m = WARP / 2; m > 0; m /= 2)
+#pragma unroll
+                for (u32 j = 0; j < m; ++j) p[j] = p[j] + p[j + m];
+            v[h] = p[0];
+        }
+        const u32 n = n0 + 8 * tg + 2 * t + c;
+        if constexpr (GLU) {
+            if (ra < M && n < N) Y[(u64)n * M + ra] = ds_silu(v[0]) * v[1];
+        } else {
+            if (ra < M && n < N) Y[(u64)n * M + ra] = v[0];
+            if (rb < M && n < N) Y[(u64)n * M + rb] = v[1];
+        }
+        return;
+    }
     // After the step with mask m, partial j < m holds p_j + p_{j+m}. Masks m >= R pair warp w
     // with warp w + m / R. One base address per step and constant offsets: per-slot addresses
     // would be hoisted out of the loops as invariants and held in registers through the whole
@@ -518,7 +563,8 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     const u8* wb = (GLU ? WU : W) + wl_row<P>(rb < M ? rb : M - 1, K, row_bytes);
     // The butterfly's steps across warps: the upper half of the active warps (residues m ..
     // 2m - 1 at mask m) leave their partials here, 16 residues × 4·TG outputs × 32 lanes.
-    __shared__ float red[16 * 4 * TG * WARP];
+    constexpr bool ONE = TG <= 2;
+    __shared__ float red[qmma_red_floats<TG>(ONE)];
     // Chunks hinted before the wait: the `p` kernels' PF, or DS_QPF0 where that is more.
     constexpr u32 PH = PF > DS_QPF0 ? PF : DS_QPF0;
     const QmPrefetch pf = qmma_prefetch_lane<P, PH>(W, WU, GLU, m0, M, K, row_bytes, w * WARP + lane);
@@ -547,7 +593,7 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
         } else {
             qmma_walk<P, TG, R, false, UT, XF, PF, H>(wa, wb, grp, XD, XS, nb, R * w, t, acc, pf);
         }
-        qmma_finish<TG, R, GLU>(acc, red, w, lane, t, ra, rb, n0, N, M, Y);
+        qmma_finish<TG, R, GLU, ONE>(acc, red, w, lane, t, ra, rb, n0, N, M, Y);
     }
 }
 

@@ -73,7 +73,7 @@ DEV void qmma_staged(const QmsSegs& sg, const i8* __restrict__ XQ, const float* 
     alignas(128) __shared__ u8 stage[S][STAGE];
     __shared__ u64 full[S];  // stage k % S holds round k
     __shared__ u32 done[S];  // warps done with a stage, NW per round it held
-    __shared__ float red[16 * 4 * TG * WARP];
+    __shared__ float red[qmma_red_floats<TG>(false)];  // the stepwise butterfly (static shared memory)
     const u32 tid = tid_x(), lane = lane_id(), w = tid / WARP, g = lane / 4, t = lane % 4;
     const u32 nb = K / 32, nr = (nb + WARP - 1) / WARP;
     const u32 G = gdim_x(), b = bid_x(), tiles = qms_tiles<ROWS>(sg);
