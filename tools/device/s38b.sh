@@ -19,15 +19,7 @@ for r in 1 16; do
     ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
         -k "regex:qgemv|qmma" --launch-skip 100 --launch-count 60 env DELTASPEC_HIP_PDL=0 \
         $B bench decode --model $W/l8.gguf --backend hip:cuda -n 4 --rows $r --bw-mib 64 2>/dev/null |
-        python3 -c '
-import csv, sys, collections
-d = collections.defaultdict(list)
-for r in csv.reader(sys.stdin):
-    if len(r) > 14 and r[-3] == "gpu__time_duration.sum":
-        d[r[4].split("(")[0]].append(float(r[-1].replace(",", "")))
-for k, v in sorted(d.items()):
-    print(f"  rows '$r' {k:40s} n {len(v):3d} mean {sum(v) / len(v) / 1000:8.2f} us")
-'
+        python3 tools/device/ncu_step.py /dev/stdin
 done
 mk
 st greedy tokens, 1024-row panels against 32

@@ -89,6 +89,82 @@ __device__ __forceinline__ void scale_pair(u32 hx, u32 hy, u32 ib, u32& s2, u32&
     n2 = nb | nb << 16;
 }
 
+// One super-block of one row tile into acc: the weight words wa / wb and headers ca / cb of rows
+// g and g + 8, the B fragments from xq(tg, q) (the 16 bytes of word q of group tg's column g).
+template <int TG, class XQ>
+__device__ __forceinline__ void superblock(uint2 ca, uint2 cb, const u32 (&wa)[8], const u32 (&wb)[8], u32 t,
+                                           u32 z, u32 c64, XQ xq, float (&acc)[TG][4]) {
+    u32 sa[2], na[2], sbb[2], nbb[2];
+    scale_pair(ca.x, ca.y, 2 * t, sa[0], na[0]);
+    scale_pair(ca.x, ca.y, 2 * t + 1, sa[1], na[1]);
+    scale_pair(cb.x, cb.y, 2 * t, sbb[0], nbb[0]);
+    scale_pair(cb.x, cb.y, 2 * t + 1, sbb[1], nbb[1]);
+    float c[TG][4];
+#pragma unroll
+    for (int tg = 0; tg < TG; ++tg)
+#pragma unroll
+        for (int o = 0; o < 4; ++o) c[tg][o] = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        const int h = q / 4;  // sub-block 2t + h
+        u32 la, ha, lb, hb;
+        lookup(wa[q], z, la, ha);
+        lookup(wb[q], z, lb, hb);
+        uint4 v[TG];
+#pragma unroll
+        for (int tg = 0; tg < TG; ++tg) v[tg] = xq(tg, q);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // step m = 2q + half
+            u32 a0, a2, a1, a3;
+            to_f16(half ? ha : la, c64, sa[h], na[h], a0, a2);
+            to_f16(half ? hb : lb, c64, sbb[h], nbb[h], a1, a3);
+#pragma unroll
+            for (int tg = 0; tg < TG; ++tg)
+                mma16816(c[tg], a0, a1, a2, a3, half ? v[tg].z : v[tg].x, half ? v[tg].w : v[tg].y);
+        }
+    }
+    const float da = __half2float(__ushort_as_half((unsigned short)(ca.x & 0xffff)));
+    const float db = __half2float(__ushort_as_half((unsigned short)(cb.x & 0xffff)));
+#pragma unroll
+    for (int tg = 0; tg < TG; ++tg) {
+        acc[tg][0] = fmaf(da, c[tg][0], acc[tg][0]);
+        acc[tg][1] = fmaf(da, c[tg][1], acc[tg][1]);
+        acc[tg][2] = fmaf(db, c[tg][2], acc[tg][2]);
+        acc[tg][3] = fmaf(db, c[tg][3], acc[tg][3]);
+    }
+}
+
+// The tile's outputs: with KW K-splits, each warp's partials go through red (RW KW x 4 TG x 32
+// floats; every thread of the block calls this) and warp kw of the tile adds slots kw, kw + KW,
+// ... over its KW warps in order.
+template <int TG, int KW>
+__device__ __forceinline__ void finish(const float (&acc)[TG][4], float* red, u32 w, u32 kw, u32 lane, u32 t, u32 g,
+                                       u32 m0, int N, int M, float* __restrict__ Y) {
+    auto put = [&](u32 s, float r) {
+        const u32 tg = s / 4, o = s % 4, n = 8 * tg + 2 * t + (o & 1), row = m0 + g + 8 * (o >> 1);
+        if (n < (u32)N && row < (u32)M) Y[(u64)n * M + row] = r;
+    };
+    if constexpr (KW == 1) {
+#pragma unroll
+        for (int tg = 0; tg < TG; ++tg)
+#pragma unroll
+            for (int o = 0; o < 4; ++o) put(tg * 4 + o, acc[tg][o]);
+    } else {
+#pragma unroll
+        for (int tg = 0; tg < TG; ++tg)
+#pragma unroll
+            for (int o = 0; o < 4; ++o) red[(w * TG * 4 + tg * 4 + o) * 32 + lane] = acc[tg][o];
+        __syncthreads();
+        const u32 w0 = w - kw;
+        for (u32 s = kw; s < TG * 4; s += KW) {
+            float r = red[(w0 * TG * 4 + s) * 32 + lane];
+#pragma unroll
+            for (int v = 1; v < KW; ++v) r += red[((w0 + v) * TG * 4 + s) * 32 + lane];
+            put(s, r);
+        }
+    }
+}
+
 // Y[n, m] = sum_k x[n, k] w[m, k] for n < N; TG groups of 8 inputs. A block has RW x KW warps:
 // warp w owns row tile blockIdx.x * RW + w / KW (16 rows) and super-blocks sb = w % KW, + KW, ...;
 // the KW partials of a tile are added in warp order. The RW warps of a block that walk the same
@@ -137,69 +213,10 @@ __global__ void __launch_bounds__(RW * KW * 32, MINB)
         for (int tg = 0; tg < TG; ++tg)
 #pragma unroll
             for (int j = 0; j < 8; ++j) xv[tg][j] = xr[tg][sb * 32 + j];
-        u32 sa[2], na[2], sbb[2], nbb[2];
-        scale_pair(ca.x, ca.y, 2 * t, sa[0], na[0]);
-        scale_pair(ca.x, ca.y, 2 * t + 1, sa[1], na[1]);
-        scale_pair(cb.x, cb.y, 2 * t, sbb[0], nbb[0]);
-        scale_pair(cb.x, cb.y, 2 * t + 1, sbb[1], nbb[1]);
-        float c[TG][4];
-#pragma unroll
-        for (int tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (int o = 0; o < 4; ++o) c[tg][o] = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-            const int h = q / 4;  // sub-block 2t + h
-            u32 la, ha_, lb, hb_;
-            lookup(wa[q], z, la, ha_);
-            lookup(wb[q], z, lb, hb_);
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {  // step m = 2q + half
-                u32 a0, a2, a1, a3;
-                to_f16(half ? ha_ : la, c64, sa[h], na[h], a0, a2);
-                to_f16(half ? hb_ : lb, c64, sbb[h], nbb[h], a1, a3);
-#pragma unroll
-                for (int tg = 0; tg < TG; ++tg) {
-                    const uint4 v = xv[tg][q];
-                    mma16816(c[tg], a0, a1, a2, a3, half ? v.z : v.x, half ? v.w : v.y);
-                }
-            }
-        }
-        const float da = __half2float(__ushort_as_half((unsigned short)(ca.x & 0xffff)));
-        const float db = __half2float(__ushort_as_half((unsigned short)(cb.x & 0xffff)));
-#pragma unroll
-        for (int tg = 0; tg < TG; ++tg) {
-            acc[tg][0] = fmaf(da, c[tg][0], acc[tg][0]);
-            acc[tg][1] = fmaf(da, c[tg][1], acc[tg][1]);
-            acc[tg][2] = fmaf(db, c[tg][2], acc[tg][2]);
-            acc[tg][3] = fmaf(db, c[tg][3], acc[tg][3]);
-        }
+        superblock<TG>(ca, cb, wa, wb, t, z, c64, [&](int tg, int q) { return xv[tg][q]; }, acc);
     }
-    auto put = [&](u32 s, float r) {
-        const u32 tg = s / 4, o = s % 4, n = 8 * tg + 2 * t + (o & 1), row = m0 + g + 8 * (o >> 1);
-        if (n < (u32)N && row < (u32)M) Y[(u64)n * M + row] = r;
-    };
-    if constexpr (KW == 1) {
-#pragma unroll
-        for (int tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (int o = 0; o < 4; ++o) put(tg * 4 + o, acc[tg][o]);
-    } else {
-        __shared__ float red[RW * KW][TG * 4][32];
-#pragma unroll
-        for (int tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (int o = 0; o < 4; ++o) red[w][tg * 4 + o][lane] = acc[tg][o];
-        __syncthreads();
-        // Warp kw of the tile finishes slots kw, kw + KW, ...: the sum over its KW warps in order.
-        const u32 w0 = w - kw;
-        for (u32 s = kw; s < TG * 4; s += KW) {
-            float r = red[w0][s][lane];
-#pragma unroll
-            for (int v = 1; v < KW; ++v) r += red[w0 + v][s][lane];
-            put(s, r);
-        }
-    }
+    __shared__ float red[KW > 1 ? RW * KW * TG * 4 * 32 : 1];
+    finish<TG, KW>(acc, red, w, kw, lane, t, g, m0, N, M, Y);
 }
 
 // The same with the activations staged in shared memory (call 4): per step (KW super-blocks, one
@@ -220,30 +237,25 @@ __global__ void __launch_bounds__(RW * KW * 32, MINB)
     const u32 z = (threadIdx.x * 0x9E3779B9u == 0xDEADBEEFu) ? 0x80000000u : 0u;
     const u32 c64 = 0x64u | z;
     const u32 steps = (nsb + KW - 1) / KW;
-    // Unit e of a step: K-split e / (TG 256), column n, 16-byte chunk c = 8 t' + j of the column.
+    // Calls f(p, k, n, c) for this thread's units of a step (unit e = threadIdx.x + p NT): K-split
+    // k, column n, 16-byte chunk c = 8 t' + j of the column (values 64 t' + 8 j ..).
     uint4 st[PER];
-    auto fetch = [&](u32 i) {
+    auto each_unit = [&](auto f) {
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
             const u32 e = threadIdx.x + p * NT;
-            if (e < (u32)UNITS) {
-                const u32 k = e / (TG * 256), n = e / 32 % (TG * 8), c = e % 32;
-                const u32 sb = i * KW + k;
-                const u32 nn = min(n, (u32)N - 1);
-                st[p] = sb < nsb ? X[((u64)nn * K + sb * 256) / 8 + c] : make_uint4(0, 0, 0, 0);
-            }
+            if (e < (u32)UNITS) f(p, e / (TG * 256), e / 32 % (TG * 8), e % 32);
         }
     };
+    auto fetch = [&](u32 i) {
+        each_unit([&](int p, u32 k, u32 n, u32 c) {
+            const u32 sb = i * KW + k;
+            st[p] = sb < nsb ? X[((u64)min(n, (u32)N - 1) * K + sb * 256) / 8 + c] : make_uint4(0, 0, 0, 0);
+        });
+    };
+    // Chunk (n, t', j) at ((8 tg + j) 8 + g') 4 + t' for column n = 8 tg + g'.
     auto store = [&](u32 buf) {
-#pragma unroll
-        for (int p = 0; p < PER; ++p) {
-            const u32 e = threadIdx.x + p * NT;
-            if (e < (u32)UNITS) {
-                const u32 k = e / (TG * 256), n = e / 32 % (TG * 8), c = e % 32;
-                const u32 tg = n / 8, gg = n % 8, tt = c / 8, j = c % 8;
-                xs[buf][k][((tg * 8 + j) * 8 + gg) * 4 + tt] = st[p];
-            }
-        }
+        each_unit([&](int p, u32 k, u32 n, u32 c) { xs[buf][k][((n / 8 * 8 + c % 8) * 8 + n % 8) * 4 + c / 8] = st[p]; });
     };
     float acc[TG][4];
 #pragma unroll
@@ -276,73 +288,13 @@ __global__ void __launch_bounds__(RW * KW * 32, MINB)
             fetch(i + 1);
         }
         if (sb < nsb) {
-            u32 sa[2], na[2], sbb[2], nbb[2];
-            scale_pair(ca.x, ca.y, 2 * t, sa[0], na[0]);
-            scale_pair(ca.x, ca.y, 2 * t + 1, sa[1], na[1]);
-            scale_pair(cb.x, cb.y, 2 * t, sbb[0], nbb[0]);
-            scale_pair(cb.x, cb.y, 2 * t + 1, sbb[1], nbb[1]);
-            float c[TG][4];
-#pragma unroll
-            for (int tg = 0; tg < TG; ++tg)
-#pragma unroll
-                for (int o = 0; o < 4; ++o) c[tg][o] = 0.0f;
             const uint4* xb = xs[buf][kw] + lane;
-#pragma unroll
-            for (int q = 0; q < 8; ++q) {
-                const int h = q / 4;
-                u32 la, ha_, lb, hb_;
-                lookup(wa[q], z, la, ha_);
-                lookup(wb[q], z, lb, hb_);
-                uint4 v[TG];
-#pragma unroll
-                for (int tg = 0; tg < TG; ++tg) v[tg] = xb[(tg * 8 + q) * 32];
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    u32 a0, a2, a1, a3;
-                    to_f16(half ? ha_ : la, c64, sa[h], na[h], a0, a2);
-                    to_f16(half ? hb_ : lb, c64, sbb[h], nbb[h], a1, a3);
-#pragma unroll
-                    for (int tg = 0; tg < TG; ++tg)
-                        mma16816(c[tg], a0, a1, a2, a3, half ? v[tg].z : v[tg].x, half ? v[tg].w : v[tg].y);
-                }
-            }
-            const float da = __half2float(__ushort_as_half((unsigned short)(ca.x & 0xffff)));
-            const float db = __half2float(__ushort_as_half((unsigned short)(cb.x & 0xffff)));
-#pragma unroll
-            for (int tg = 0; tg < TG; ++tg) {
-                acc[tg][0] = fmaf(da, c[tg][0], acc[tg][0]);
-                acc[tg][1] = fmaf(da, c[tg][1], acc[tg][1]);
-                acc[tg][2] = fmaf(db, c[tg][2], acc[tg][2]);
-                acc[tg][3] = fmaf(db, c[tg][3], acc[tg][3]);
-            }
+            superblock<TG>(ca, cb, wa, wb, t, z, c64, [&](int tg, int q) { return xb[(tg * 8 + q) * 32]; }, acc);
         }
         if (i + 1 < steps) store(buf ^ 1);
         __syncthreads();
     }
-    auto put = [&](u32 s, float r) {
-        const u32 tg = s / 4, o = s % 4, n = 8 * tg + 2 * t + (o & 1), row = m0 + g + 8 * (o >> 1);
-        if (n < (u32)N && row < (u32)M) Y[(u64)n * M + row] = r;
-    };
-    if constexpr (KW == 1) {
-#pragma unroll
-        for (int tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (int o = 0; o < 4; ++o) put(tg * 4 + o, acc[tg][o]);
-    } else {
-        float* red = (float*)&xs[0][0][0];  // free after the last barrier
-#pragma unroll
-        for (int tg = 0; tg < TG; ++tg)
-#pragma unroll
-            for (int o = 0; o < 4; ++o) red[(w * TG * 4 + tg * 4 + o) * 32 + lane] = acc[tg][o];
-        __syncthreads();
-        const u32 w0 = w - kw;
-        for (u32 s = kw; s < TG * 4; s += KW) {
-            float r = red[(w0 * TG * 4 + s) * 32 + lane];
-#pragma unroll
-            for (int v = 1; v < KW; ++v) r += red[((w0 + v) * TG * 4 + s) * 32 + lane];
-            put(s, r);
-        }
-    }
+    finish<TG, KW>(acc, (float*)&xs[0][0][0], w, kw, lane, t, g, m0, N, M, Y);  // xs is free after the last barrier
 }
 
 // The same bytes read and xored, with the same grid (the read ceiling of this layout).
