@@ -561,8 +561,9 @@ DEV void qmma(const u8* __restrict__ W, const u8* __restrict__ WU, const i8* __r
     const u32 ra = m0 + g, rb = GLU ? ra : m0 + g + 8;
     const u8* wa = W + wl_row<P>(ra < M ? ra : M - 1, K, row_bytes);
     const u8* wb = (GLU ? WU : W) + wl_row<P>(rb < M ? rb : M - 1, K, row_bytes);
-    // The butterfly's steps across warps: the upper half of the active warps (residues m ..
-    // 2m - 1 at mask m) leave their partials here, 16 residues × 4·TG outputs × 32 lanes.
+    // The butterfly's partials across warps (qmma_finish): at 8 and 16 rows (ONE) every warp's,
+    // 32 residues × 4·TG outputs × 32 lanes; at 32 rows (64 KB that way, over the static limit)
+    // the stepwise form's upper half, 16 residues.
     constexpr bool ONE = TG <= 2;
     __shared__ float red[qmma_red_floats<TG>(ONE)];
     // Chunks hinted before the wait: the `p` kernels' PF, or DS_QPF0 where that is more.
