@@ -457,6 +457,7 @@ template <u32 TG, u32 R, bool GLU, bool ONE = false>
 DEV void qmma_finish(float (&acc)[R][TG][4], float* red, u32 w, u32 lane, u32 t, u32 ra, u32 rb, u32 n0, u32 N,
                      u32 M, float* __restrict__ Y) {
     if constexpr (ONE) {
+        static_assert(WARP / R >= 2 * TG, "a warp for each pair of outputs (c, c + 2) of each group");
         constexpr u32 SLOTS = R * 4 * TG;  // one warp's partials, per lane
         sync_block();                      // the previous group's reads are done
         // Partial j = R·w + jj of slot 4·tg + o at red[(j · 4·TG + 4·tg + o) · WARP + lane].
