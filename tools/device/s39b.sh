@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Session 39, call B (docs/perf.md), on the machine call A warmed (/tmp/w keeps its files), in
+# order of need, each step guarded by the time left:
+# - the 8-layer cut's in-step kernel profile (hip) at 1 and 16 rows: the GEMVs' achieved GB/s and
+#   where the 16-row step's time goes;
+# - the 16/8/1-row steps on wgpu; bench spec: wgpu tree (code) and adaptive (prose), hip adaptive
+#   on code and mixed;
+# - the 27B Q8_0 file's decode on hip and wgpu (issue 3);
+# - the GPU test binaries (hip and wgpu against the CPU).
+#   run(command="C=carry/s39 bash tools/device/s39b.sh 2>&1 | tee $OUT/b.log", carry=["carry/s39", ".gl"])
+set -u
+C=${C:-carry/s39}
+source tools/device/env.sh
+OUT=${OUT:-/tmp/out}
+LIM=${LIM:-575}
+left() { (( SECONDS - t0 < LIM - $1 )); }
+mk
+mk8
+for x in 1 16; do
+    left 60 && { st "profile l8 hip rows $x"; DELTASPEC_PROFILE=1 timeout 60 $B bench decode --model $W/l8.gguf --backend hip:cuda -n 8 --rows $x --bw-mib 64 >$OUT/prof$x.log 2>&1; tail -30 $OUT/prof$x.log; }
+done
+r() { # tag backend rows
+    left 40 || return
+    timeout -k 5 90 $B bench decode --model $W/m.gguf --backend $2 -n 16 --rows $3 --bw-mib 64 --warmup-ms 1000 2>&1 |
+        grep -E "decode:|rror|panick" | sed "s/^/[$((SECONDS - t0))s $1] /"
+}
+st rows
+for x in 16 8 1; do r "wgpu rows $x" wgpu $x; done
+s() { left ${T:-60} && spec "$@" | sed "s/^/[$((SECONDS - t0))s $1 $2 $3] /"; }
+T=90 s wgpu tree code --tree-budget 16
+T=90 s wgpu adaptive prose
+s hip:cuda adaptive code
+s hip:cuda adaptive mixed
+if left 150; then
+    st synth q8_0
+    [ -f $W/q8.gguf ] || $B synth --preset qwen3.8-27b --quant q8_0 --out $W/q8.gguf >/dev/null
+    for be in hip:cuda wgpu; do
+        left 40 && timeout -k 5 100 $B bench decode --model $W/q8.gguf --backend $be -n 32 --bw-mib 256 2>&1 |
+            grep -E "decode:|roofline|rror|panick" | sed "s/^/[$((SECONDS - t0))s q8_0 $be] /"
+    done
+fi
+st tests
+export DELTASPEC_REQUIRE_GPU=1 DELTASPEC_REQUIRE_COOP=1 RUST_BACKTRACE=1
+for t in hip_build hip_ops hip_fused hip_graph tree_ops draft_gpu dflash2_ops spec_tree hip_spec_graphs wgpu_ops wgpu_model wgpu_gemv; do
+    left 60 || { echo "[$t] not run: no time"; continue; }
+    s0=$SECONDS
+    timeout -k 5 $((LIM - SECONDS + t0 - 10)) $C/$t --test-threads=2 --skip cli_ >$OUT/t_$t.log 2>&1
+    echo "[$t] exit $? in $((SECONDS - s0)) s: $(grep -E '^test result' $OUT/t_$t.log | tail -1)"
+    grep -E "FAILED|panicked" $OUT/t_$t.log | head -5
+done
+st end
