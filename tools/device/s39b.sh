@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 39, call B (docs/perf.md), on the machine call A warmed (/tmp/w keeps its files), in
 # order of need, each step guarded by the time left:
-# - the 8-layer cut's in-step kernel profile (hip) at 1 and 16 rows: the GEMVs' achieved GB/s and
-#   where the 16-row step's time goes;
+# - the 8-layer cut's in-step kernel profile (hip at 1 and 16 rows, wgpu at 1 by timestamp
+#   queries): the GEMVs' achieved GB/s and where each step's time goes;
 # - the 16/8/1-row steps on wgpu; bench spec: wgpu tree (code) and adaptive (prose), hip adaptive
 #   on code and mixed;
 # - the 27B Q8_0 file's decode on hip and wgpu (issue 3);
@@ -16,9 +16,15 @@ LIM=${LIM:-575}
 left() { (( SECONDS - t0 < LIM - $1 )); }
 mk
 mk8
-for x in 1 16; do
-    left 60 && { st "profile l8 hip rows $x"; DELTASPEC_PROFILE=1 timeout 60 $B bench decode --model $W/l8.gguf --backend hip:cuda -n 8 --rows $x --bw-mib 64 >$OUT/prof$x.log 2>&1; tail -30 $OUT/prof$x.log; }
-done
+pr() { # backend rows: the whole profile to $OUT, its tail here
+    left 60 || return
+    st "profile l8 $1 rows $2"
+    DELTASPEC_PROFILE=1 timeout 60 $B bench decode --model $W/l8.gguf --backend $1 -n 8 --rows $2 --bw-mib 64 >$OUT/prof_${1%%:*}_$2.log 2>&1
+    tail -30 $OUT/prof_${1%%:*}_$2.log
+}
+pr hip:cuda 1
+pr hip:cuda 16
+pr wgpu 1
 r() { # tag backend rows
     left 40 || return
     timeout -k 5 90 $B bench decode --model $W/m.gguf --backend $2 -n 16 --rows $3 --bw-mib 64 --warmup-ms 1000 2>&1 |
