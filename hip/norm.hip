@@ -6,7 +6,11 @@
 // Products in the CPU reference's order (normalise, then weight, then gate).
 //
 // The `_q8` variants also write y as int8 activations for the qgemv kernels (hip/q8act.h), which
-// saves the separate quantize_q8 launch before every projection. They need D % 32 == 0.
+// saves the separate quantize_q8 launch before every projection. They need D % 32 == 0. The
+// `_q8f` variants write the fragment-ordered copy that the matrix-core kernels read as well
+// (hip/qmma.hip's header; qm_frag_index in hip/q8act.h), which saves the `qmma_relayout` launch
+// that would otherwise reorder the plain rows: a verify step's norms then feed their tiles with
+// no launch in between. The same quantized values go to both places.
 //
 // Three forms, picked from D alone (so a row's bits never depend on the number of rows):
 //  - D % 4 == 0 and D <= NORM_WARP_MAX: one warp per row (the host launches WARP-thread blocks,
@@ -82,13 +86,45 @@ DEV float norm_r(const f32x4 (&v)[NP], u32 D, float eps) {
 DEV float q8_round(float v, float id) { return __builtin_roundf(v * id); }
 DEV u32 q8_byte(float q) { return (u32)(u8)(i8)(i32)q; }
 
+// Where a `_q8f` kernel writes its fragment-ordered copy: the int8 bytes, scales and scaled
+// sums (see qm_frag_index), the matmul's quantization blocks per input row (its K / 32: a
+// norm row of D values is D / 32 blocks of one such row), and the norm rows that hold values
+// (blocks past them fill the copy's padding rows with zeros). Unused by the other kernels.
+struct Q8F {
+    i8* q;
+    float* d;
+    float* s;
+    u32 nb, rows;
+};
+// The fragment slot of global quantization block b (32 values of the flattened output).
+DEV u64 q8f_slot(const Q8F& f, u64 b) { return qm_frag_index((u32)(b / f.nb), (u32)(b % f.nb), f.nb); }
+// Word w (values 4w .. 4w + 3) of block b: one 4-byte store, as the word's 4 bytes stay together
+// in the fragment order.
+DEV void q8f_word(const Q8F& f, u64 b, u32 w, u32 v) {
+    *(u32*)(f.q + q8f_slot(f, b) * 32 + qm_frag_byte(4 * w)) = v;
+}
+// The padding rows of the copy (a block of norm row bid_x() >= f.rows): zeros, as
+// qmma_quantize writes them, by the block's `threads` threads.
+DEV void q8f_zero_row(const Q8F& f, u32 D, u32 threads) {
+    const u64 c0 = (u64)bid_x() * (D / 4);
+    for (u32 c = tid_x(); c < D / 4; c += threads) {
+        const u64 b = (c0 + c) / 8;
+        q8f_word(f, b, (u32)((c0 + c) % 8), 0u);
+        if ((c0 + c) % 8 == 0) {
+            const u64 i = q8f_slot(f, b);
+            f.d[i] = 0.0f, f.s[i] = 0.0f;
+        }
+    }
+}
+
 // Stores the outputs o (chunks of NormRow) to y and, with Q8, their int8 quantization: the
 // float operations of q8_store_block (hip/q8act.h) on the same values. The max is exact in any
 // order and the sum adds integers of at most 32 · 127, exact in f32, so the bits match
 // quantize_q8's. Needs D % 32 == 0 for Q8 (whole quantization blocks per 8-lane group).
-template <u32 TPR, u32 NP, bool Q8>
+// Q8: 0 none, 1 the plain int8 rows, 2 those and the fragment-ordered copy f.
+template <u32 TPR, u32 NP, u32 Q8>
 DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict__ y, i8* __restrict__ XQ,
-                     float* __restrict__ XD, float* __restrict__ XS) {
+                     float* __restrict__ XD, float* __restrict__ XS, const Q8F& f) {
 #pragma unroll
     for (u32 k = 0; k < NP; ++k)
         if (nr_has(nr, k)) st4(y, nr.base + nr_chunk(nr, k), o[k]);
@@ -109,8 +145,11 @@ DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict_
             const float q0 = q8_round(o[k].x, id), q1 = q8_round(o[k].y, id);
             const float q2 = q8_round(o[k].z, id), q3 = q8_round(o[k].w, id);
             const u64 c = nr.base + nr_chunk(nr, k);  // global chunk: values 4c .. 4c + 3
-            if (nr_has(nr, k))
-                ((u32*)XQ)[c] = q8_byte(q0) | q8_byte(q1) << 8 | q8_byte(q2) << 16 | q8_byte(q3) << 24;
+            if (nr_has(nr, k)) {
+                const u32 word = q8_byte(q0) | q8_byte(q1) << 8 | q8_byte(q2) << 16 | q8_byte(q3) << 24;
+                ((u32*)XQ)[c] = word;
+                if constexpr (Q8 == 2) q8f_word(f, c / 8, (u32)(c % 8), word);
+            }
             qs[k] = ((q0 + q1) + q2) + q3;
         }
 #pragma unroll
@@ -123,6 +162,10 @@ DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict_
             if (nr_has(nr, k) && lane_id() % 8 == 0) {
                 XD[c / 8] = d[k];
                 XS[c / 8] = d[k] * qs[k];
+                if constexpr (Q8 == 2) {
+                    const u64 i = q8f_slot(f, c / 8);
+                    f.d[i] = d[k], f.s[i] = d[k] * qs[k];
+                }
             }
         }
     }
@@ -144,19 +187,19 @@ DEV void rms_norm_row(const NormRow& nr, const float* __restrict__ x, const floa
     for (u32 k = 0; k < NP; ++k) o[k] = mul4(scale4(v[k], r), wv[k]);
 }
 
-template <u32 TPR, u32 NP, bool Q8>
+template <u32 TPR, u32 NP, u32 Q8>
 DEV void rms_norm_regs(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
-                       float* XD, float* XS, u32 D, float eps) {
+                       float* XD, float* XS, const Q8F& f, u32 D, float eps) {
     const NormRow nr = norm_row<TPR>(D);
     f32x4 o[NP];
     rms_norm_row<TPR, NP>(nr, x, w, D, eps, o);
-    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
+    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS, f);
 }
 
-template <u32 TPR, u32 NP, bool Q8>
+template <u32 TPR, u32 NP, u32 Q8>
 DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
-                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D,
-                           float eps) {
+                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS,
+                           const Q8F& f, u32 D, float eps) {
     const NormRow nr = norm_row<TPR>(D);
     f32x4 v[NP], wv[NP], o[NP];
 #pragma unroll
@@ -172,12 +215,12 @@ DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict_
     const float r = norm_r<TPR, NP>(v, D, eps);
 #pragma unroll
     for (u32 k = 0; k < NP; ++k) o[k] = mul4(scale4(v[k], r), wv[k]);
-    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
+    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS, f);
 }
 
-template <u32 TPR, u32 NP, bool Q8>
+template <u32 TPR, u32 NP, u32 Q8>
 DEV void gated_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
-                             float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
+                             float* __restrict__ y, i8* XQ, float* XD, float* XS, const Q8F& f, u32 D, float eps) {
     const NormRow nr = norm_row<TPR>(D);
     f32x4 v[NP], wv[NP], zv[NP], o[NP];
 #pragma unroll
@@ -194,7 +237,7 @@ DEV void gated_rms_norm_regs(const float* __restrict__ x, const float* __restric
         const f32x4 g{ds_silu(zv[k].x), ds_silu(zv[k].y), ds_silu(zv[k].z), ds_silu(zv[k].w)};
         o[k] = mul4(mul4(scale4(v[k], r), wv[k]), g);
     }
-    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS);
+    norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS, f);
 }
 
 // Runs BODY<TPR, NP, Q8>(args...) for the register form of D, with NP the fewest of 1 .. 4
@@ -222,30 +265,33 @@ DEV void gated_rms_norm_regs(const float* __restrict__ x, const float* __restric
 
 // The loop form (odd or very wide rows): one NORM_THREADS block per row, strided.
 // Stores y[row + i] and, with Q8, its quantization block (the whole warp calls this together).
-template <bool Q8>
-DEV void norm_out(float v, u64 at, float* __restrict__ y, i8* XQ, float* XD, float* XS) {
+template <u32 Q8>
+DEV void norm_out(float v, u64 at, float* __restrict__ y, i8* XQ, float* XD, float* XS, const Q8F& f) {
     y[at] = v;
-    if (Q8) q8_store_block(v, at / 32, XQ, XD, XS);
+    if constexpr (Q8 == 1) q8_store_block(v, at / 32, XQ, XD, XS);
+    // Both layouts from one quantization: block at / 32 is block s of input row n of the matmul.
+    if constexpr (Q8 == 2)
+        q8_store_rows<true>(v, (u32)(at / 32 / f.nb), (u32)(at / 32 % f.nb), f.nb, ~0u, XQ, XD, XS, f.q, f.d, f.s);
 }
 
-template <bool Q8>
+template <u32 Q8>
 DEV void rms_norm_impl(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ,
-                       float* XD, float* XS, u32 D, float eps) {
-    NORM_REGS(rms_norm_regs, Q8, x, w, y, XQ, XD, XS, D, eps);
+                       float* XD, float* XS, const Q8F& f, u32 D, float eps) {
+    NORM_REGS(rms_norm_regs, Q8, x, w, y, XQ, XD, XS, f, D, eps);
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;
     for (u32 i = tid_x(); i < D; i += NORM_THREADS) ss += x[row + i] * x[row + i];
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
-    for (u32 i = tid_x(); i < D; i += NORM_THREADS) norm_out<Q8>((x[row + i] * r) * w[i], row + i, y, XQ, XD, XS);
+    for (u32 i = tid_x(); i < D; i += NORM_THREADS) norm_out<Q8>((x[row + i] * r) * w[i], row + i, y, XQ, XD, XS, f);
 }
 
-template <bool Q8>
+template <u32 Q8>
 DEV void add_rms_norm_impl(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
-                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D,
-                           float eps) {
-    NORM_REGS(add_rms_norm_regs, Q8, x, res, w, sum, y, XQ, XD, XS, D, eps);
+                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS,
+                           const Q8F& f, u32 D, float eps) {
+    NORM_REGS(add_rms_norm_regs, Q8, x, res, w, sum, y, XQ, XD, XS, f, D, eps);
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;
@@ -257,13 +303,14 @@ DEV void add_rms_norm_impl(const float* __restrict__ x, const float* __restrict_
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
     // Each thread re-reads only the elements it wrote itself.
-    for (u32 i = tid_x(); i < D; i += NORM_THREADS) norm_out<Q8>((sum[row + i] * r) * w[i], row + i, y, XQ, XD, XS);
+    for (u32 i = tid_x(); i < D; i += NORM_THREADS) norm_out<Q8>((sum[row + i] * r) * w[i], row + i, y, XQ, XD, XS, f);
 }
 
-template <bool Q8>
+template <u32 Q8>
 DEV void gated_rms_norm_impl(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
-                             float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
-    NORM_REGS(gated_rms_norm_regs, Q8, x, z, w, y, XQ, XD, XS, D, eps);
+                             float* __restrict__ y, i8* XQ, float* XD, float* XS, const Q8F& f, u32 D,
+                             float eps) {
+    NORM_REGS(gated_rms_norm_regs, Q8, x, z, w, y, XQ, XD, XS, f, D, eps);
     __shared__ float buf[NORM_THREADS / WARP];
     const u64 row = (u64)bid_x() * D;
     float ss = 0.0f;
@@ -271,44 +318,78 @@ DEV void gated_rms_norm_impl(const float* __restrict__ x, const float* __restric
     ss = block_sum<NORM_THREADS>(ss, buf);
     const float r = 1.0f / ds_sqrt(ss / (float)D + eps);
     for (u32 i = tid_x(); i < D; i += NORM_THREADS)
-        norm_out<Q8>(((x[row + i] * r) * w[i]) * ds_silu(z[row + i]), row + i, y, XQ, XD, XS);
+        norm_out<Q8>(((x[row + i] * r) * w[i]) * ds_silu(z[row + i]), row + i, y, XQ, XD, XS, f);
 }
+
+// The copy's parameters for kernels that write none.
+DEV Q8F no_q8f() { return Q8F{nullptr, nullptr, nullptr, 1, 0}; }
+// The `_q8f` kernels: blocks past `rows` (the norm rows that hold values) zero the copy's
+// padding rows and stop there; the host launches the copy's rows (input rows rounded up to 8).
+#define Q8F_PARAMS i8 *XQF, float *XDF, float *XSF, u32 nb, u32 rows
+#define Q8F_PAD(D)                                                                   \
+    const Q8F f{XQF, XDF, XSF, nb, rows};                                            \
+    if (bid_x() >= rows) {                                                          \
+        q8f_zero_row(f, D, norm_warp_form(D) ? WARP : NORM_THREADS);                \
+        return;                                                                     \
+    }
 
 KERNEL(NORM_THREADS) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, u32 D,
                               float eps) {
     grid_begin();
-    rms_norm_impl<false>(x, w, y, nullptr, nullptr, nullptr, D, eps);
+    rms_norm_impl<0>(x, w, y, nullptr, nullptr, nullptr, no_q8f(), D, eps);
 }
 KERNEL(NORM_THREADS)
 rms_norm_q8(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ, float* XD,
             float* XS, u32 D, float eps) {
     grid_begin();
-    rms_norm_impl<true>(x, w, y, XQ, XD, XS, D, eps);
+    rms_norm_impl<1>(x, w, y, XQ, XD, XS, no_q8f(), D, eps);
+}
+KERNEL(NORM_THREADS)
+rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ, float* XD,
+             float* XS, Q8F_PARAMS, u32 D, float eps) {
+    grid_begin();
+    Q8F_PAD(D)
+    rms_norm_impl<2>(x, w, y, XQ, XD, XS, f, D, eps);
 }
 
 KERNEL(NORM_THREADS) add_rms_norm(const float* __restrict__ x, const float* __restrict__ res,
                                   const float* __restrict__ w, float* __restrict__ sum, float* __restrict__ y, u32 D,
                                   float eps) {
     grid_begin();
-    add_rms_norm_impl<false>(x, res, w, sum, y, nullptr, nullptr, nullptr, D, eps);
+    add_rms_norm_impl<0>(x, res, w, sum, y, nullptr, nullptr, nullptr, no_q8f(), D, eps);
 }
 KERNEL(NORM_THREADS)
 add_rms_norm_q8(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
                 float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
     grid_begin();
-    add_rms_norm_impl<true>(x, res, w, sum, y, XQ, XD, XS, D, eps);
+    add_rms_norm_impl<1>(x, res, w, sum, y, XQ, XD, XS, no_q8f(), D, eps);
+}
+KERNEL(NORM_THREADS)
+add_rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                 float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, Q8F_PARAMS, u32 D,
+                 float eps) {
+    grid_begin();
+    Q8F_PAD(D)
+    add_rms_norm_impl<2>(x, res, w, sum, y, XQ, XD, XS, f, D, eps);
 }
 
 KERNEL(NORM_THREADS) gated_rms_norm(const float* __restrict__ x, const float* __restrict__ z,
                                     const float* __restrict__ w, float* __restrict__ y, u32 D, float eps) {
     grid_begin();
-    gated_rms_norm_impl<false>(x, z, w, y, nullptr, nullptr, nullptr, D, eps);
+    gated_rms_norm_impl<0>(x, z, w, y, nullptr, nullptr, nullptr, no_q8f(), D, eps);
 }
 KERNEL(NORM_THREADS)
 gated_rms_norm_q8(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
                   float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 D, float eps) {
     grid_begin();
-    gated_rms_norm_impl<true>(x, z, w, y, XQ, XD, XS, D, eps);
+    gated_rms_norm_impl<1>(x, z, w, y, XQ, XD, XS, no_q8f(), D, eps);
+}
+KERNEL(NORM_THREADS)
+gated_rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
+                   float* __restrict__ y, i8* XQ, float* XD, float* XS, Q8F_PARAMS, u32 D, float eps) {
+    grid_begin();
+    Q8F_PAD(D)
+    gated_rms_norm_impl<2>(x, z, w, y, XQ, XD, XS, f, D, eps);
 }
 
 KERNEL(NORM_THREADS) l2_norm(const float* __restrict__ x, float* __restrict__ y, u32 D, float eps, float scale) {

@@ -46,7 +46,8 @@
 // Fragment-ordered activations (XF, the kernels with suffix `f`; `DELTASPEC_HIP_QMMA_XLAYOUT`):
 // in the plain layout a warp's activation load for one item still touches 8 input rows' lines
 // (quad g holds input row g), and its XD/XS loads 4 rows' lines per pair of items. The `f`
-// kernels read a copy of the same values (written by qmma_quantize or qmma_relayout) laid out
+// kernels read a copy of the same values (written by qmma_quantize, qmma_relayout, or the norm
+// and conv kernels that quantize their own output: `*_rms_norm_q8f`, `dyn_conv_q8f`) laid out
 // in the order the warp reads them: per group of 8 input rows and item, the 8 rows' 32 bytes
 // back to back, each with lane t's 8 bytes (word qm_pos(t) of both halves) at byte 8·t, so the
 // warp's load is one contiguous 256-byte run and needs no exchange; and the group's 8 XD (and

@@ -862,8 +862,9 @@ fn regrouped_q8_0_equals_the_plain_layout() {
 /// A norm whose output feeds an int8 matmul writes the int8 rows itself (`*_rms_norm_q8`):
 /// rms_norm, add_rms_norm (its second output) and gated_rms_norm through a head view, each into
 /// a matmul. Outputs equal the unfused run bit for bit; three `quantize_q8` launches go. On the
-/// matrix cores with fragment-ordered activations (`qmma*f`) each norm's rows are reordered by
-/// one `qmma_relayout` launch, with the same results.
+/// matrix cores with fragment-ordered activations (`qmma*f`) each norm writes that order too
+/// (`*_rms_norm_q8f`, over the copy's rows: 13 inputs pad to 16), or with that off its rows are
+/// reordered by one `qmma_relayout` launch, with the same results either way.
 #[test]
 fn norms_feeding_int8_matmuls_quantize_their_own_output() {
     for &dtype in &[DType::Q8_0, DType::Iq4Xs] {
@@ -889,9 +890,17 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         frag.set_norm_q8(NormQ8::All);
         frag.set_qgemv_mma(true);
         frag.set_qmma_xlayout(true);
+        let Some(mut relaid) = gpu("norm_q8_relayout", true) else {
+            return;
+        };
+        relaid.set_norm_q8(NormQ8::All);
+        relaid.set_qgemv_mma(true);
+        relaid.set_qmma_xlayout(true);
+        relaid.set_norm_q8f(false);
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
         let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
-        for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 16].map(|n| (k, n))) {
+        let c_relaid = relaid.launch_counter();
+        for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 13, 16].map(|n| (k, n))) {
             let heads = k / 64;
             let mut rng = Rng::new(77 + n as u64 + k as u64);
             let mut b = GraphBuilder::new();
@@ -938,11 +947,14 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             let (a, l_gated) = run(&mut gated, &|| c_gated.get(), &g, &w, &inputs);
             assert_same_bits(&format!("{what}: gated norm_q8 vs unfused"), &a, &plain);
             assert_eq!(l_gated, 3 * 3 - 1, "{what}: gated norm_q8 launches");
-            if n == 16 {
+            if n >= 13 {
                 let (a, l_frag) = run(&mut frag, &|| c_frag.get(), &g, &w, &inputs);
                 assert_same_bits(&format!("{what}: fragment order vs unfused"), &a, &plain);
+                let (b, l_relaid) = run(&mut relaid, &|| c_relaid.get(), &g, &w, &inputs);
+                assert_same_bits(&format!("{what}: relaid vs unfused"), &b, &plain);
                 if frag.matrix_cores() {
-                    assert_eq!(l_frag, 3 * 3, "{what}: (norm_q8, relayout, qmma) × 3");
+                    assert_eq!(l_frag, 3 * 2, "{what}: (norm_q8f, qmma) × 3");
+                    assert_eq!(l_relaid, 3 * 3, "{what}: (norm_q8, relayout, qmma) × 3");
                 }
             }
         }

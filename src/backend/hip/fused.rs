@@ -41,7 +41,7 @@ use super::lower::{self, Arg, Env, blocks, launch, u32_arg};
 use super::{HipBackend, NormQ8, QkPrepMode};
 use crate::backend::BackendError;
 use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits, QkPrep};
-use crate::graph::{Graph, Node, Op};
+use crate::graph::{Graph, Node, Op, TensorId};
 
 pub(super) use fuse::extra_uses;
 
@@ -211,6 +211,21 @@ pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
             && fed.contains(&g.storage_root(y));
     }
     out
+}
+
+/// The `(n, k)` of a matmul over storage root `root` that reads its int8 activations in the
+/// fragment order (a matrix-core tile on `qmma*f` kernels, as [`lower::qgemv`] and [`group`]
+/// decide), where a norm writing them should write that order too (`*_rms_norm_q8f`); `None`
+/// where no reader wants it or `DELTASPEC_HIP_NORM_Q8F=0`.
+pub(super) fn frag_reader(be: &HipBackend, g: &Graph, root: TensorId) -> Option<(usize, usize)> {
+    if !be.norm_q8f || !be.qmma_frag() {
+        return None;
+    }
+    (0..g.nodes.len()).find_map(|i| {
+        let (suffix, n, k, _, _) = int8_matmul(be, g, i)?;
+        (g.storage_root(g.nodes[i].inputs[0]) == root && be.qmma_tile(n, suffix).is_some())
+            .then_some((n, k))
+    })
 }
 
 /// Launches node `i` under the plan `f`: nothing for nodes another launch covers, the fused

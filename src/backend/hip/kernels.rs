@@ -579,6 +579,9 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         "rms_norm_q8",
         "add_rms_norm_q8",
         "gated_rms_norm_q8",
+        "rms_norm_q8f",
+        "add_rms_norm_q8f",
+        "gated_rms_norm_q8f",
         "l2_norm",
         "qk_prep",
     ] {

@@ -1128,14 +1128,26 @@ fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
 }
 
 /// A norm node with its `_q8` kernel (see [`super::fused::norm_q8`]): the normalised output is
-/// written as f32 and as int8 activations, which the next int8 matmul over it then reuses.
+/// written as f32 and as int8 activations, which the next int8 matmul over it then reuses. Where
+/// that matmul reads the fragment order ([`super::fused::frag_reader`]), the `_q8f` kernel writes
+/// it too, over the copy's rows (input rows rounded up to 8; the padding rows get zeros).
 pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(), BackendError> {
     let g = env.graph;
     let x = g.tensor(node.inputs[0]);
     let d = x.last_dim();
     let rows = (x.numel() / d) as u64;
     let y = node.outputs[node.outputs.len() - 1];
-    let [xq, xd, xs] = q8_parts(be, g.tensor(y).numel())?;
+    let root = g.storage_root(y);
+    // The reader's rows and width must tile the norm's output exactly (a view of it).
+    let frag = super::fused::frag_reader(be, g, root)
+        .filter(|&(n, k)| n * k == g.tensor(y).numel() && k % d == 0);
+    let ([xq, xd, xs], fparts) = match frag {
+        Some((n, k)) => {
+            let (plain, f) = q8_frag_parts(be, n, k)?;
+            (plain, Some((f, n, k)))
+        }
+        None => (q8_parts(be, g.tensor(y).numel())?, None),
+    };
     let p = |id: TensorId| Arg::P(env.ptr(id));
     let (name, eps, mut args) = match node.op {
         Op::RmsNorm { eps } => (
@@ -1166,22 +1178,34 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
         ),
         _ => return Err(unsupported(be, &node.op, "not a norm".into())),
     };
-    args.extend([
-        Arg::P(xq),
-        Arg::P(xd),
-        Arg::P(xs),
-        u32_arg(be, &node.op, d)?,
-        Arg::F32(eps),
-    ]);
+    args.extend([Arg::P(xq), Arg::P(xd), Arg::P(xs)]);
+    let mut grid = rows;
+    let name = match fparts {
+        None => name.to_string(),
+        Some(([fq, fd, fs], n, k)) => {
+            // Norm rows per input row of the reader: the padding rows' norm blocks zero them.
+            grid = (n.div_ceil(8) * 8 * (k / d)) as u64;
+            args.extend([fq, fd, fs].map(Arg::P));
+            args.extend([
+                u32_arg(be, &node.op, k / 32)?,
+                u32_arg(be, &node.op, rows as usize)?,
+            ]);
+            format!("{name}f")
+        }
+    };
+    args.extend([u32_arg(be, &node.op, d)?, Arg::F32(eps)]);
     launch(
         be,
         "norm",
-        name,
-        [blocks(rows, 1), 1, 1],
+        &name,
+        [blocks(grid, 1), 1, 1],
         norm_threads(d),
         &args,
     )?;
-    be.quantized.set(Some(g.storage_root(y)));
+    be.quantized.set(Some(root));
+    if fparts.is_some() {
+        be.fragged.set(Some(root));
+    }
     Ok(())
 }
 

@@ -186,6 +186,12 @@ pub struct HipBackend {
     /// `quantize_q8`: no step-level gain). `DELTASPEC_HIP_NORM_Q8=0` turns it off, `=1` on for
     /// every norm.
     norm_q8: NormQ8,
+    /// Those norms, where the matmul they feed runs a matrix-core tile on fragment-ordered
+    /// activations (verify and prompt widths), write that order too (`*_rms_norm_q8f`), so the
+    /// `qmma_relayout` launch between norm and tile goes: one launch less a DeltaNet layer of a
+    /// verify step by default (the gated norm), four with `DELTASPEC_HIP_NORM_Q8=1`. Not yet
+    /// timed on a GPU (docs/perf.md, session 39); `DELTASPEC_HIP_NORM_Q8F=0` turns it off.
+    norm_q8f: bool,
     /// The DFlash2 drafter's convs that feed int8 matmuls write those matmuls' int8
     /// activations themselves (`dyn_conv_q8[f]`, [`fused::q8_out`]): 10 quantize launches of
     /// ~3 µs less a 5-layer drafter step. `DELTASPEC_HIP_CONV_Q8=0` turns it off.
@@ -387,6 +393,7 @@ impl HipBackend {
                 Ok("0") => NormQ8::Off,
                 _ => NormQ8::Gated,
             },
+            norm_q8f: std::env::var("DELTASPEC_HIP_NORM_Q8F").map_or(true, |v| v != "0"),
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
             combine_q8: std::env::var("DELTASPEC_HIP_COMBINE_Q8").is_ok_and(|v| v == "1"),
@@ -953,6 +960,12 @@ impl HipBackend {
     /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
     pub fn set_norm_q8(&mut self, which: NormQ8) {
         self.norm_q8 = which;
+    }
+
+    /// Whether those norms write the fragment-ordered copy too where their matmul reads it
+    /// (`*_rms_norm_q8f`) instead of leaving it to a `qmma_relayout` launch; the same bits.
+    pub fn set_norm_q8f(&mut self, on: bool) {
+        self.norm_q8f = on;
     }
 
     /// Whether a DynConv feeding an int8 matmul writes that matmul's int8 activations
