@@ -34,6 +34,22 @@ mk() {
 mk8() {
     [ -f $W/l8.gguf ] || { st synth l8; $B synth --preset qwen3.8-27b --layers 8 --quant iq4_xs --out $W/l8.gguf >/dev/null; }
 }
+# llama.cpp's CUDA llama-bench ($LB), configured and built from llcpp/llama.cpp.tar.xz
+# (tools/device/make_llcpp.sh; carry "llcpp") in the background on the CPU: ~5.5 min on 13 cores.
+# The build log goes to $1; `wait $lp` waits for it.
+LB=/tmp/llama.cpp/build/bin/llama-bench
+llama_bg() {
+    local log=$1 root=$PWD
+    (
+        cd /tmp && tar xJf "$root/llcpp/llama.cpp.tar.xz" && cd llama.cpp &&
+            cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
+                -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+                -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_TYPE=Release >"$log" 2>&1 &&
+            nice -n 10 cmake --build build --target llama-bench -j 13 >>"$log" 2>&1
+        echo "llama build exit $?" >>"$log"
+    ) &
+    lp=$!
+}
 spec() { # backend mode profile [bench spec options...]; N= sets -n (default 64)
     local be=$1 mode=$2 prof=$3
     shift 3

@@ -14,16 +14,7 @@ C=${C:-carry/s39}
 source tools/device/env.sh
 OUT=${OUT:-/tmp/out}
 LIM=${LIM:-575}
-root=$PWD
-(
-    cd /tmp && tar xJf "$root/llcpp/llama.cpp.tar.xz" && cd llama.cpp &&
-        cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF \
-            -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DCMAKE_BUILD_TYPE=Release >$OUT/llama.log 2>&1 &&
-        nice -n 10 cmake --build build --target llama-bench -j 13 >>$OUT/llama.log 2>&1
-    echo "llama build exit $?" >>$OUT/llama.log
-) &
-lp=$!
+llama_bg $OUT/llama.log
 left() { (( SECONDS - t0 < LIM - $1 )); }
 $B backends 2>&1 | sed "s/^/[backends] /"
 mk
@@ -51,11 +42,10 @@ sp wgpu chain code
 st waiting for the llama.cpp build
 wait $lp
 tail -n 2 $OUT/llama.log
-lb=/tmp/llama.cpp/build/bin/llama-bench
 for i in 1 2; do
-    if [ -x $lb ] && left 40; then
+    if [ -x $LB ] && left 40; then
         st "llama $i"
-        timeout -k 5 120 $lb -m $W/m.gguf -fa 1 -ngl 99 -p 16 -n 64 -r 2 2>&1 | grep -E "tg64|pp16|model" | sed "s/^/[llama $i] /"
+        timeout -k 5 120 $LB -m $W/m.gguf -fa 1 -ngl 99 -p 16 -n 64 -r 2 2>&1 | grep -E "tg64|pp16|model" | sed "s/^/[llama $i] /"
     fi
     b "hip $i" hip:cuda -n 64 --bw-mib 2048
     b "wgpu $i" wgpu -n 32 --bw-mib 256
