@@ -897,6 +897,14 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         relaid.set_qgemv_mma(true);
         relaid.set_qmma_xlayout(true);
         relaid.set_norm_q8f(false);
+        // Wide: the gated norm at every width, the other two where the matrix cores read them.
+        let Some(mut wide) = gpu("norm_q8_wide", true) else {
+            return;
+        };
+        wide.set_norm_q8(NormQ8::Wide);
+        wide.set_qgemv_mma(true);
+        wide.set_qmma_xlayout(true);
+        let c_wide = wide.launch_counter();
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
         let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
         let c_relaid = relaid.launch_counter();
@@ -957,6 +965,12 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                     assert_eq!(l_relaid, 3 * 3, "{what}: (norm_q8, relayout, qmma) × 3");
                 }
             }
+            let (a, l_wide) = run(&mut wide, &|| c_wide.get(), &g, &w, &inputs);
+            assert_same_bits(&format!("{what}: wide norm_q8 vs unfused"), &a, &plain);
+            // Q8_0 at 8 rows and fewer stays on the dp4a kernels (HipBackend::qmma_tile).
+            let tile = wide.matrix_cores() && (n >= 13 || (n >= 5 && dtype != DType::Q8_0));
+            let want = if tile { 3 * 2 } else { 3 * 3 - 1 };
+            assert_eq!(l_wide, want, "{what}: wide norm_q8 launches (tile {tile})");
         }
     }
 }
