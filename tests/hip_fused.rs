@@ -884,26 +884,26 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             return;
         };
         gated.set_norm_q8(NormQ8::Gated);
-        let Some(mut frag) = gpu("norm_q8_frag", true) else {
+        // Fused, on the matrix-core kernels with fragment-ordered activations.
+        let mma = |test: &str, norms: NormQ8, q8f: bool| {
+            gpu(test, true).map(|mut b| {
+                b.set_norm_q8(norms);
+                b.set_qgemv_mma(true);
+                b.set_qmma_xlayout(true);
+                b.set_norm_q8f(q8f);
+                b
+            })
+        };
+        let Some(mut frag) = mma("norm_q8_frag", NormQ8::All, true) else {
             return;
         };
-        frag.set_norm_q8(NormQ8::All);
-        frag.set_qgemv_mma(true);
-        frag.set_qmma_xlayout(true);
-        let Some(mut relaid) = gpu("norm_q8_relayout", true) else {
+        let Some(mut relaid) = mma("norm_q8_relayout", NormQ8::All, false) else {
             return;
         };
-        relaid.set_norm_q8(NormQ8::All);
-        relaid.set_qgemv_mma(true);
-        relaid.set_qmma_xlayout(true);
-        relaid.set_norm_q8f(false);
         // Wide: the gated norm at every width, the other two where the matrix cores read them.
-        let Some(mut wide) = gpu("norm_q8_wide", true) else {
+        let Some(mut wide) = mma("norm_q8_wide", NormQ8::Wide, true) else {
             return;
         };
-        wide.set_norm_q8(NormQ8::Wide);
-        wide.set_qgemv_mma(true);
-        wide.set_qmma_xlayout(true);
         let c_wide = wide.launch_counter();
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
         let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
