@@ -326,12 +326,11 @@ DEV Q8F no_q8f() { return Q8F{nullptr, nullptr, nullptr, 1, 0}; }
 // The `_q8f` kernels: blocks past `rows` (the norm rows that hold values) zero the copy's
 // padding rows and stop there; the host launches the copy's rows (input rows rounded up to 8).
 #define Q8F_PARAMS i8 *XQF, float *XDF, float *XSF, u32 nb, u32 rows
-#define Q8F_PAD(D)                                                                   \
-    const Q8F f{XQF, XDF, XSF, nb, rows};                                            \
-    if (bid_x() >= rows) {                                                          \
-        q8f_zero_row(f, D, norm_warp_form(D) ? WARP : NORM_THREADS);                \
-        return;                                                                     \
-    }
+DEV bool q8f_padding(const Q8F& f, u32 D) {
+    if (bid_x() < f.rows) return false;
+    q8f_zero_row(f, D, norm_warp_form(D) ? WARP : NORM_THREADS);
+    return true;
+}
 
 KERNEL(NORM_THREADS) rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, u32 D,
                               float eps) {
@@ -348,7 +347,8 @@ KERNEL(NORM_THREADS)
 rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, i8* XQ, float* XD,
              float* XS, Q8F_PARAMS, u32 D, float eps) {
     grid_begin();
-    Q8F_PAD(D)
+    const Q8F f{XQF, XDF, XSF, nb, rows};
+    if (q8f_padding(f, D)) return;
     rms_norm_impl<2>(x, w, y, XQ, XD, XS, f, D, eps);
 }
 
@@ -369,7 +369,8 @@ add_rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ res, con
                  float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, Q8F_PARAMS, u32 D,
                  float eps) {
     grid_begin();
-    Q8F_PAD(D)
+    const Q8F f{XQF, XDF, XSF, nb, rows};
+    if (q8f_padding(f, D)) return;
     add_rms_norm_impl<2>(x, res, w, sum, y, XQ, XD, XS, f, D, eps);
 }
 
@@ -388,7 +389,8 @@ KERNEL(NORM_THREADS)
 gated_rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
                    float* __restrict__ y, i8* XQ, float* XD, float* XS, Q8F_PARAMS, u32 D, float eps) {
     grid_begin();
-    Q8F_PAD(D)
+    const Q8F f{XQF, XDF, XSF, nb, rows};
+    if (q8f_padding(f, D)) return;
     gated_rms_norm_impl<2>(x, z, w, y, XQ, XD, XS, f, D, eps);
 }
 
