@@ -610,6 +610,7 @@ fn iq4_grid_lookups_match_the_table_bit_for_bit() {
 fn coop_gpu(int8: bool) -> Option<WgpuBackend> {
     let g = gpu_with(WgpuOptions {
         int8_matmul: Some(int8),
+        coop: Some(true),
         ..Default::default()
     })?;
     if g.has_coop() {

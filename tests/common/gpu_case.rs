@@ -10,10 +10,12 @@ use deltaspec::tensor::{DType, quant};
 use deltaspec::util::rng::Rng;
 
 pub fn gpu_with(opts: WgpuOptions) -> Option<WgpuBackend> {
-    // Strict comparisons use f32 activations unless a test asks for int8.
+    // Strict comparisons use f32 activations and, for inputs of 65+ rows, the f32 tiled kernel
+    // unless a test asks for int8 or for the f16 cooperative-matrix kernel (tolerance ~1e-3).
     match WgpuBackend::with_options(WgpuOptions {
         poison: true,
         int8_matmul: Some(opts.int8_matmul.unwrap_or(false)),
+        coop: Some(opts.coop.unwrap_or(false)),
         ..opts
     }) {
         Ok(b) => Some(b),

@@ -84,6 +84,11 @@ pub struct WgpuOptions {
     /// (table | alu | mix; default table: on the H200's 8-layer IQ4_XS step alu took 2.7-4.3
     /// ms and mix 2.4-2.5 ms against 2.0 ms for the table; session 18).
     pub iq4_lookup: Option<shaders::Iq4Lookup>,
+    /// Inputs of 65+ rows on the cooperative-matrix kernel (f16 operands, f32 sums) where the
+    /// adapter has one. `None` or `Some(true)`: wherever the device offers it (the device is
+    /// opened without the feature under `DELTASPEC_WGPU_COOP=0`); `Some(false)`: the f32 tiled
+    /// kernel, which agrees with the CPU reference to rounding (strict comparisons).
+    pub coop: Option<bool>,
 }
 
 /// `DELTASPEC_WGPU_RELAYOUT`: type names with a layout (`IQ4_XS,Q8_0`, any case), `all`, or
@@ -334,7 +339,7 @@ impl WgpuBackend {
 
     /// Whether prompt-wide matmuls run on cooperative matrices (`shaders/matmul_coop.wgsl`).
     pub fn has_coop(&self) -> bool {
-        self.gpu.coop
+        self.gpu.coop && self.opts.coop != Some(false)
     }
 
     /// The adapter's name, backend and type.
@@ -749,7 +754,7 @@ impl Backend for WgpuBackend {
         if !laid.is_empty() {
             extra += &format!(", re-laid {}", laid.join("+"));
         }
-        if self.gpu.coop {
+        if self.has_coop() {
             extra += ", f16 matrix cores for prompts";
         }
         if self.wk.iq4_lookup != shaders::Iq4Lookup::Table {
@@ -947,7 +952,7 @@ impl Backend for WgpuBackend {
                 && std::env::var_os("DELTASPEC_WGPU_NO_FUSION").is_none_or(|v| v == "0"),
             int8: self.opts.int8(),
             int8_max_n: self.opts.int8_max_n(),
-            coop: self.gpu.coop,
+            coop: self.has_coop(),
             norm_q8: self.opts.norm_q8.unwrap_or_else(|| {
                 std::env::var_os("DELTASPEC_WGPU_NORM_Q8").is_none_or(|v| v != "0")
             }),
