@@ -900,11 +900,6 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         let Some(mut relaid) = mma("norm_q8_relayout", NormQ8::All, false) else {
             return;
         };
-        // Wide: the gated norm at every width, the other two where the matrix cores read them.
-        let Some(mut wide) = mma("norm_q8_wide", NormQ8::Wide, true) else {
-            return;
-        };
-        let c_wide = wide.launch_counter();
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
         let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
         let c_relaid = relaid.launch_counter();
@@ -965,12 +960,6 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                     assert_eq!(l_relaid, 3 * 3, "{what}: (norm_q8, relayout, qmma) × 3");
                 }
             }
-            let (a, l_wide) = run(&mut wide, &|| c_wide.get(), &g, &w, &inputs);
-            assert_same_bits(&format!("{what}: wide norm_q8 vs unfused"), &a, &plain);
-            // Of these widths, 13 and 16 run the matrix-core tile (1 and 3: the dp4a kernels).
-            let tile = wide.matrix_cores() && n >= 13;
-            let want = if tile { 3 * 2 } else { 3 * 3 - 1 };
-            assert_eq!(l_wide, want, "{what}: wide norm_q8 launches (tile {tile})");
         }
     }
 }

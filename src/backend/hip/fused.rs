@@ -186,9 +186,8 @@ fn conv_foldable(be: &HipBackend, g: &Graph, n: usize, suffix: &str, c: usize) -
 /// is a multiple of 32 (each warp of its kernel then holds whole quantization blocks). Such a
 /// node runs its `_q8` kernel, which also fills the quantized-activation buffer; the matmul then
 /// finds its input already quantized ([`lower::quantize_input`]). Off with fusion. Norms: by
-/// default `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=1`: every norm, `=wide`: every norm
-/// whose matmul reads the fragment order, see [`NormQ8::Wide`], `=0`: none); convs: on unless
-/// `DELTASPEC_HIP_CONV_Q8=0`.
+/// default `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=1`: every norm, `=0`: none); convs: on
+/// unless `DELTASPEC_HIP_CONV_Q8=0`.
 pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
     let mut out = vec![false; g.nodes.len()];
     if !be.fusion || !be.int8_matmul {
@@ -200,16 +199,11 @@ pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
         .map(|i| g.storage_root(g.nodes[i].inputs[0]))
         .collect();
     let norms = be.norm_q8;
-    // Wide: the other norms where their matmul reads the fragment order.
-    let all = |y| {
-        norms == NormQ8::All
-            || (norms == NormQ8::Wide && frag_reader(be, g, g.storage_root(y)).is_some())
-    };
     for (i, nd) in g.nodes.iter().enumerate() {
         let y = match nd.op {
             Op::GatedRmsNorm { .. } if norms != NormQ8::Off => nd.outputs[0],
-            Op::RmsNorm { .. } if all(nd.outputs[0]) => nd.outputs[0],
-            Op::AddRmsNorm { .. } if all(nd.outputs[1]) => nd.outputs[1],
+            Op::RmsNorm { .. } if norms == NormQ8::All => nd.outputs[0],
+            Op::AddRmsNorm { .. } if norms == NormQ8::All => nd.outputs[1],
             Op::DynConv { .. } if be.conv_q8 => nd.outputs[0],
             _ => continue,
         };

@@ -312,13 +312,6 @@ pub enum NormQ8 {
     Off,
     /// `GatedRmsNorm` only.
     Gated,
-    /// `GatedRmsNorm` at every width, and every norm whose matmul reads the fragment order
-    /// ([`fused::frag_reader`]: verify and prompt widths on the matrix cores), which it then
-    /// writes itself (`*_rms_norm_q8f`) instead of a `qmma_quantize` launch doing it. At one row
-    /// the 5120-wide `_q8` norms cost what a norm and its quantize do (session 14), so `All`
-    /// did not pay there; at 8-16 rows the quantize launch is the dearer part (~3.8 µs, ncu,
-    /// session 36). `DELTASPEC_HIP_NORM_Q8=wide`; not yet timed on a GPU.
-    Wide,
     All,
 }
 
@@ -398,7 +391,6 @@ impl HipBackend {
             norm_q8: match std::env::var("DELTASPEC_HIP_NORM_Q8").as_deref() {
                 Ok("1") => NormQ8::All,
                 Ok("0") => NormQ8::Off,
-                Ok("wide") => NormQ8::Wide,
                 _ => NormQ8::Gated,
             },
             norm_q8f: std::env::var("DELTASPEC_HIP_NORM_Q8F").map_or(true, |v| v != "0"),
