@@ -58,3 +58,18 @@ spec() { # backend mode profile [bench spec options...]; N= sets -n (default 64)
         --replay-profile "$prof" -n "${N:-64}" "$@" 2>&1 |
         grep -E "AR:|spec |accept|split|plain:|graphs|output|rror|panick" | head -14
 }
+# gpu_tests name...: the carried test binaries against a GPU (a skip is a failure), each to
+# $OUT/t_<name>.log with the seconds left of LIM (default 575) since sourcing, none started with
+# fewer than GT_MIN (default 40) left; a line each here, with the first failures.
+gpu_tests() {
+    export DELTASPEC_REQUIRE_GPU=1 DELTASPEC_REQUIRE_COOP=1 RUST_BACKTRACE=1
+    local t s0 rest
+    for t in "$@"; do
+        rest=$((${LIM:-575} - SECONDS + t0))
+        ((rest >= ${GT_MIN:-40})) || { echo "[$t] not run: no time"; continue; }
+        s0=$SECONDS
+        timeout -k 5 $((rest - 10)) $C/$t --test-threads=2 --skip cli_ >"${OUT:-/tmp/out}/t_$t.log" 2>&1
+        echo "[$t] exit $? in $((SECONDS - s0)) s: $(grep -E '^test result' "${OUT:-/tmp/out}/t_$t.log" | tail -1)"
+        grep -E "FAILED|panicked" "${OUT:-/tmp/out}/t_$t.log" | head -5
+    done
+}

@@ -46,12 +46,5 @@ if left 150; then
     done
 fi
 st tests
-export DELTASPEC_REQUIRE_GPU=1 DELTASPEC_REQUIRE_COOP=1 RUST_BACKTRACE=1
-for t in hip_build hip_ops hip_fused hip_graph tree_ops draft_gpu dflash2_ops spec_tree hip_spec_graphs wgpu_ops wgpu_model wgpu_gemv; do
-    left 60 || { echo "[$t] not run: no time"; continue; }
-    s0=$SECONDS
-    timeout -k 5 $((LIM - SECONDS + t0 - 10)) $C/$t --test-threads=2 --skip cli_ >$OUT/t_$t.log 2>&1
-    echo "[$t] exit $? in $((SECONDS - s0)) s: $(grep -E '^test result' $OUT/t_$t.log | tail -1)"
-    grep -E "FAILED|panicked" $OUT/t_$t.log | head -5
-done
+GT_MIN=60 gpu_tests hip_build hip_ops hip_fused hip_graph tree_ops draft_gpu dflash2_ops spec_tree hip_spec_graphs wgpu_ops wgpu_model wgpu_gemv
 st end

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Session 40, a short first call (machines were taken back mid-call; keep each call small):
-# the norm_q8f A/B at 16 and 8 rows (default against DELTASPEC_HIP_NORM_Q8F=0 and NORM_Q8=wide),
-# the 1-row step with its roofline, the DFlash2 drafter step, the chain on the code profile, then the
-# hip test binaries that run the new kernels, and a second A/B round if time is left.
+# ROUNDS (default 1) rounds of the norm_q8f A/B at 16 and 8 rows (default against
+# DELTASPEC_HIP_NORM_Q8F=0 and NORM_Q8=wide, the latter removed after this call); with NUMBERS=1
+# (default) the 1-row step with its roofline, the DFlash2 drafter step and the chain on the code
+# profile; the GPU test binaries in TESTS (default: the hip ones that run the new kernels); with
+# NUMBERS=1 one more A/B round.
 #   run(command="C=carry/s40 LIM=330 bash tools/device/s40a.sh 2>&1 | tee $OUT/a.log", carry=["carry/s40", ".gl"])
 set -u
 C=${C:-carry/s40}
 source tools/device/env.sh
 OUT=${OUT:-/tmp/out}
 LIM=${LIM:-330}
+ROUNDS=${ROUNDS:-1}
+NUMBERS=${NUMBERS:-1}
+TESTS=${TESTS:-hip_fused hip_ops}
 left() { (( SECONDS - t0 < LIM - $1 )); }
 mk
 b() { # tag env rows
@@ -23,19 +28,15 @@ ab() {
         b "rows $x wide" DELTASPEC_HIP_NORM_Q8=wide $x
     done
 }
-ab
-left 30 && timeout -k 5 60 $B bench decode --model $W/m.gguf --backend hip:cuda -n 64 --bw-mib 2048 2>&1 |
-    grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s hip 1] /"
-left 30 && timeout -k 5 50 $B bench draft --model $W/m.gguf --draft $W/d2.gguf --backend hip:cuda -n 24 2>&1 |
-    grep -E "draft|target|ratio|rror|panick" | sed "s/^/[$((SECONDS - t0))s draft] /"
-left 45 && spec hip:cuda chain code | sed "s/^/[$((SECONDS - t0))s chain] /"
-export DELTASPEC_REQUIRE_GPU=1 DELTASPEC_REQUIRE_COOP=1 RUST_BACKTRACE=1
-for t in hip_fused hip_ops; do
-    left 40 || { echo "[$t] not run: no time"; continue; }
-    s0=$SECONDS
-    timeout -k 5 $((LIM - SECONDS + t0 - 10)) $C/$t --test-threads=2 --skip cli_ >$OUT/t_$t.log 2>&1
-    echo "[$t] exit $? in $((SECONDS - s0)) s: $(grep -E '^test result' $OUT/t_$t.log | tail -1)"
-    grep -E "FAILED|panicked" $OUT/t_$t.log | head -5
-done
-ab
+for i in $(seq 1 "$ROUNDS"); do ab; done
+if [ "$NUMBERS" = 1 ]; then
+    left 30 && timeout -k 5 60 $B bench decode --model $W/m.gguf --backend hip:cuda -n 64 --bw-mib 2048 2>&1 |
+        grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s hip 1] /"
+    left 30 && timeout -k 5 50 $B bench draft --model $W/m.gguf --draft $W/d2.gguf --backend hip:cuda -n 24 2>&1 |
+        grep -E "draft|target|ratio|rror|panick" | sed "s/^/[$((SECONDS - t0))s draft] /"
+    left 45 && spec hip:cuda chain code | sed "s/^/[$((SECONDS - t0))s chain] /"
+fi
+st tests
+gpu_tests $TESTS
+[ "$NUMBERS" = 1 ] && ab
 st end
