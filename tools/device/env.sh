@@ -25,6 +25,17 @@ mkdir -p $W
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader
 head -3 "$C/MANIFEST" 2>/dev/null
 t0=$SECONDS
+# left S: more than S of the call's LIM seconds (default 575) remain since sourcing.
+left() { ((SECONDS - t0 < ${LIM:-575} - $1)); }
+# b tag backend args...: one `bench decode` of $W/m.gguf, its summary lines tagged; skipped with
+# B_SPARE (default 30) seconds or fewer to spare, killed after B_TIMEOUT (default 100).
+b() {
+    local tag=$1 be=$2
+    shift 2
+    left ${B_SPARE:-30} || return
+    timeout -k 5 ${B_TIMEOUT:-100} $B bench decode --model $W/m.gguf --backend $be "$@" 2>&1 |
+        grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
+}
 st() { echo "== [$((SECONDS - t0)) s] $*"; }
 mk() {
     [ -f $W/m.gguf ] || { st synth target; $B synth --preset qwen3.8-27b --quant iq4_xs --out $W/m.gguf >/dev/null; }
@@ -71,5 +82,19 @@ gpu_tests() {
         timeout -k 5 $((rest - 10)) $C/$t --test-threads=2 --skip cli_ >"${OUT:-/tmp/out}/t_$t.log" 2>&1
         echo "[$t] exit $? in $((SECONDS - s0)) s: $(grep -E '^test result' "${OUT:-/tmp/out}/t_$t.log" | tail -1)"
         grep -E "FAILED|panicked" "${OUT:-/tmp/out}/t_$t.log" | head -5
+    done
+}
+# same_run_table: after the llama.cpp build (`wait $lp`), llama-bench tg64 and our hip and wgpu
+# decode on $W/m.gguf, interleaved twice. Uses the caller's `left S` (seconds to spare) and
+# `b tag backend args...` (one `bench decode` run).
+same_run_table() {
+    local i
+    for i in 1 2; do
+        if [ -x $LB ] && left 40; then
+            st "llama $i"
+            timeout -k 5 120 $LB -m $W/m.gguf -fa 1 -ngl 99 -p 16 -n 64 -r 2 2>&1 | grep -E "tg64|pp16|model" | sed "s/^/[llama $i] /"
+        fi
+        b "hip $i" hip:cuda -n 64 --bw-mib 2048
+        b "wgpu $i" wgpu -n 32 --bw-mib 256
     done
 }

@@ -25,7 +25,6 @@ root=$PWD
     echo "llama build exit $?" >>$OUT/llama.log
 ) &
 lp=$!
-left() { (( SECONDS - t0 < LIM - $1 )); }
 mk8
 mk
 st "ncu (the llama.cpp build runs beside it)"
@@ -48,25 +47,10 @@ for v in deltaspec ds_g32; do
 done
 left 100 && spec hip:cuda chain code
 left 100 && spec hip:cuda adaptive prose
-b() { # tag backend args...
-    local tag=$1 be=$2
-    shift 2
-    left 30 || return
-    timeout -k 5 100 $B bench decode --model $W/m.gguf --backend $be "$@" 2>&1 |
-        grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
-}
 st "rows (the llama.cpp build may still run beside it)"
 for r in 16 8 1; do b "hip rows $r" hip:cuda -n 16 --rows $r --bw-mib 256; done
 st waiting for the llama.cpp build
 wait $lp
 tail -n 2 $OUT/llama.log
-lb=/tmp/llama.cpp/build/bin/llama-bench
-for i in 1 2; do
-    if [ -x $lb ] && left 40; then
-        st "llama $i"
-        timeout -k 5 120 $lb -m $W/m.gguf -fa 1 -ngl 99 -p 16 -n 64 -r 2 2>&1 | grep -E "tg64|pp16|model" | sed "s/^/[llama $i] /"
-    fi
-    b "hip $i" hip:cuda -n 64 --bw-mib 2048
-    b "wgpu $i" wgpu -n 32 --bw-mib 256
-done
+same_run_table
 st end

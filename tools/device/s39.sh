@@ -15,16 +15,8 @@ source tools/device/env.sh
 OUT=${OUT:-/tmp/out}
 LIM=${LIM:-575}
 llama_bg $OUT/llama.log
-left() { (( SECONDS - t0 < LIM - $1 )); }
 $B backends 2>&1 | sed "s/^/[backends] /"
 mk
-b() { # tag backend args...
-    local tag=$1 be=$2
-    shift 2
-    left 30 || return
-    timeout -k 5 100 $B bench decode --model $W/m.gguf --backend $be "$@" 2>&1 |
-        grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
-}
 r() { # tag backend rows
     left 250 || return
     timeout -k 5 90 $B bench decode --model $W/m.gguf --backend $2 -n 16 --rows $3 --bw-mib 64 --warmup-ms 1000 2>&1 |
@@ -42,12 +34,5 @@ sp wgpu chain code
 st waiting for the llama.cpp build
 wait $lp
 tail -n 2 $OUT/llama.log
-for i in 1 2; do
-    if [ -x $LB ] && left 40; then
-        st "llama $i"
-        timeout -k 5 120 $LB -m $W/m.gguf -fa 1 -ngl 99 -p 16 -n 64 -r 2 2>&1 | grep -E "tg64|pp16|model" | sed "s/^/[llama $i] /"
-    fi
-    b "hip $i" hip:cuda -n 64 --bw-mib 2048
-    b "wgpu $i" wgpu -n 32 --bw-mib 256
-done
+same_run_table
 st end

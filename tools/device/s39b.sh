@@ -13,7 +13,6 @@ C=${C:-carry/s39}
 source tools/device/env.sh
 OUT=${OUT:-/tmp/out}
 LIM=${LIM:-575}
-left() { (( SECONDS - t0 < LIM - $1 )); }
 mk
 mk8
 pr() { # backend rows: the whole profile to $OUT, its tail here

@@ -9,15 +9,8 @@ set -u
 C=${C:-carry/s39}
 source tools/device/env.sh
 LIM=${LIM:-400}
-left() { (( SECONDS - t0 < LIM - $1 )); }
 mk
-b() { # tag backend args...
-    local tag=$1 be=$2
-    shift 2
-    left 35 || return
-    timeout -k 5 90 $B bench decode --model $W/m.gguf --backend $be "$@" 2>&1 |
-        grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
-}
+B_SPARE=35 B_TIMEOUT=90
 b "hip 1" hip:cuda -n 64 --bw-mib 2048
 b "wgpu 1" wgpu -n 32 --bw-mib 256
 for x in 16 8; do b "hip rows $x" hip:cuda -n 16 --rows $x --bw-mib 64 --warmup-ms 1000; done

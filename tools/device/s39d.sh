@@ -9,7 +9,6 @@ set -u
 C=${C:-carry/s39n}
 source tools/device/env.sh
 LIM=${LIM:-300}
-left() { (( SECONDS - t0 < LIM - $1 )); }
 mk
 b() { # tag env backend args...
     local tag=$1 e=$2 be=$3

@@ -14,7 +14,6 @@ LIM=${LIM:-330}
 ROUNDS=${ROUNDS:-1}
 NUMBERS=${NUMBERS:-1}
 TESTS=${TESTS:-hip_fused hip_ops}
-left() { (( SECONDS - t0 < LIM - $1 )); }
 mk
 b() { # tag env rows
     left 25 || return

@@ -189,8 +189,9 @@ pub struct HipBackend {
     /// Those norms, where the matmul they feed runs a matrix-core tile on fragment-ordered
     /// activations (verify and prompt widths), write that order too (`*_rms_norm_q8f`), so the
     /// `qmma_relayout` launch between norm and tile goes: one launch less a DeltaNet layer of a
-    /// verify step by default (the gated norm), four with `DELTASPEC_HIP_NORM_Q8=1`. Not yet
-    /// timed on a GPU (docs/perf.md, session 39); `DELTASPEC_HIP_NORM_Q8F=0` turns it off.
+    /// verify step by default (the gated norm), four with `DELTASPEC_HIP_NORM_Q8=1`. Even with
+    /// the relayout launch in the step on an H100 (8 and 16 rows within ±2 %, docs/perf.md,
+    /// session 40); kept as the form with fewer launches. `DELTASPEC_HIP_NORM_Q8F=0` turns it off.
     norm_q8f: bool,
     /// The DFlash2 drafter's convs that feed int8 matmuls write those matmuls' int8
     /// activations themselves (`dyn_conv_q8[f]`, [`fused::q8_out`]): 10 quantize launches of
