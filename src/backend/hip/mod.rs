@@ -222,6 +222,12 @@ pub struct HipBackend {
     /// Kernel launches so far (tests and profile mode count launches per run with it).
     /// Shared so a test can read it while a session holds the backend.
     launches: std::rc::Rc<std::cell::Cell<u64>>,
+    /// A timing diagnostic, never for results: launches whose kernel name contains one of
+    /// these strings are left out (`DELTASPEC_HIP_DROP=rms_norm,quantize_q8`), so a bench run
+    /// measures the step without them: what those kernels cost inside the overlapped,
+    /// captured step, which per-kernel timers cannot show. Every output is then wrong, and
+    /// the backend's label says so.
+    drop: Vec<String>,
     /// Events of the per-node device timing (`DELTASPEC_PROFILE=1`), grown to the largest graph.
     profile_events: RefCell<Vec<Handle>>,
     /// Uploads and readbacks of runs so far.
@@ -410,6 +416,14 @@ impl HipBackend {
                 _ => &[16],
             },
             launches: Default::default(),
+            drop: std::env::var("DELTASPEC_HIP_DROP")
+                .map(|v| {
+                    v.split(',')
+                        .map(|t| t.trim().to_string())
+                        .filter(|t| !t.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
             profile_events: Default::default(),
             io: Default::default(),
             // Unset: the measured best per tile (`Some(0)`); "portable" (or 1): off.
@@ -534,6 +548,10 @@ impl HipBackend {
             b.target,
             if pdl { ", overlapped launches" } else { "" }
         );
+        if !b.drop.is_empty() {
+            // Timing only: say so wherever the backend is named (bench lines, JSON).
+            b.label += &format!(" [DROPPED {}: outputs invalid]", b.drop.join(","));
+        }
         Ok(b)
     }
 
