@@ -17,11 +17,7 @@
 #include "common.h"
 #include "q8act.h"
 
-// Warps of an attn_hd* block (mirrored by ATTN_HD_THREADS in src/backend/hip/attention.rs). A
-// decode query's keys up to one split (256 by default) are walked by one block, one dependent
-// chain of loads, shuffles and exps per warp and round, so the walk's latency is the keys per
-// warp: 16 warps instead of 4 (an experiment of session 41).
-constexpr u32 ATTN_WARPS = 16;
+constexpr u32 ATTN_WARPS = 4;
 constexpr u32 ATTN_THREADS = ATTN_WARPS * WARP;
 constexpr u32 KV_THREADS = 256;
 

@@ -32,8 +32,6 @@ fn attn_chunk() -> usize {
     })
 }
 const ATTN_MAX_SPLITS: usize = 64;
-/// Threads of an `attn_hd*` block (`ATTN_THREADS` in `hip/attention.hip`: 16 warps).
-const ATTN_HD_THREADS: u32 = 512;
 /// Query vectors one `attn_nc_*` block owns (`NC_Q` in `hip/attention.hip`).
 const NC_QUERIES: usize = 32;
 /// Threads of an `attn_nc_*` block (`NC_THREADS`: 8 warps of 4 query vectors).
@@ -265,7 +263,7 @@ pub(super) fn lower(
                 "attention",
                 &format!("attn_hd{hdl}"),
                 [nsplit as u32, grid_dim(nh)?, grid_dim(t)?],
-                ATTN_HD_THREADS,
+                128,
                 &args,
             )?;
         }
