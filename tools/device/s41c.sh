@@ -26,5 +26,13 @@ sets=(
     "head=qgemv_q6_k"
     "base="
 )
+# SETS="base small ..." runs only those, in that order (a short call).
+if [ -n "${SETS:-}" ]; then
+    want=()
+    for n in $SETS; do
+        for s in "${sets[@]}"; do [ "${s%%=*}" = "$n" ] && want+=("$s") && break; done
+    done
+    sets=("${want[@]}")
+fi
 for s in "${sets[@]}"; do d "${s%%=*}" "${s#*=}"; done
 st end
