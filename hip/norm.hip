@@ -218,6 +218,57 @@ DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict_
     norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS, f);
 }
 
+// The sliced block form (add_rms_norm_q8s, DELTASPEC_HIP_NORM_Q8=slices): block (row, s) of a
+// grid (rows, slices) loads and reduces the whole row exactly as add_rms_norm_q8's block form
+// (same loads, same order: the same r and outputs), but stores the sum, y and the int8
+// activations only for the chunks of slice s, [s·cs, (s + 1)·cs) with cs = nc / slices a
+// multiple of WARP chunks, so every warp is wholly in or out of the slice in each pass. Why: the
+// one-block add_rms_norm_q8 quantizes all NP passes in series (5.2 µs against 3.3 for the plain
+// norm at D = 5120, session 14), while here each warp quantizes at most one pass, and the
+// separate quantize_q8 launch (~0.6 µs inside a 1-row step, session 41) goes. Each pass's
+// quantization is norm_store4's float operations on the same values: the same bits.
+template <u32 NP>
+DEV void add_rms_norm_slice(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                            float* __restrict__ sum, float* __restrict__ y, i8* __restrict__ XQ,
+                            float* __restrict__ XD, float* __restrict__ XS, u32 slices, u32 D, float eps) {
+    const NormRow nr = norm_row<NORM_THREADS>(D);
+    f32x4 v[NP], wv[NP];
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const bool h = nr_has(nr, k);
+        const u64 c = nr.base + nr_chunk(nr, k);
+        v[k] = h ? add4(ld4(x, c), ld4(res, c)) : zero4();
+        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
+    }
+    const float r = norm_r<NORM_THREADS, NP>(v, D, eps);
+    const u32 cs = nr.nc / slices, lo = bid_y() * cs, hi = lo + cs;
+#pragma unroll
+    for (u32 k = 0; k < NP; ++k) {
+        const u32 c0 = nr_chunk(nr, k) - lane_id();  // the warp's first chunk: uniform
+        if (c0 < lo || c0 >= hi || !nr_has(nr, k)) continue;
+        const u64 c = nr.base + nr_chunk(nr, k);
+        st4(sum, c, v[k]);
+        const f32x4 o = mul4(scale4(v[k], r), wv[k]);
+        st4(y, c, o);
+        float am = __builtin_fmaxf(__builtin_fmaxf(__builtin_fabsf(o.x), __builtin_fabsf(o.y)),
+                                   __builtin_fmaxf(__builtin_fabsf(o.z), __builtin_fabsf(o.w)));
+#pragma unroll
+        for (u32 m = 1; m < 8; m <<= 1) am = __builtin_fmaxf(am, shfl_xor(am, m));
+        const float d = am / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float q0 = q8_round(o.x, id), q1 = q8_round(o.y, id);
+        const float q2 = q8_round(o.z, id), q3 = q8_round(o.w, id);
+        ((u32*)XQ)[c] = q8_byte(q0) | q8_byte(q1) << 8 | q8_byte(q2) << 16 | q8_byte(q3) << 24;
+        float qs = ((q0 + q1) + q2) + q3;
+#pragma unroll
+        for (u32 m = 1; m < 8; m <<= 1) qs += shfl_xor(qs, m);
+        if (lane_id() % 8 == 0) {
+            XD[c / 8] = d;
+            XS[c / 8] = d * qs;
+        }
+    }
+}
+
 template <u32 TPR, u32 NP, u32 Q8>
 DEV void gated_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ z, const float* __restrict__ w,
                              float* __restrict__ y, i8* XQ, float* XD, float* XS, const Q8F& f, u32 D, float eps) {
@@ -372,6 +423,20 @@ add_rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ res, con
     const Q8F f{XQF, XDF, XSF, nb, rows};
     if (q8f_padding(f, D)) return;
     add_rms_norm_impl<2>(x, res, w, sum, y, XQ, XD, XS, f, D, eps);
+}
+
+// The sliced form above; the host launches it for block-form rows (NORM_WARP_MAX < D <=
+// NORM_BLOCK_MAX) with nc / slices a multiple of WARP chunks.
+KERNEL(NORM_THREADS)
+add_rms_norm_q8s(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                 float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 slices, u32 D,
+                 float eps) {
+    grid_begin();
+    const u32 np = (D / 4 + NORM_THREADS - 1) / NORM_THREADS;
+    if (np <= 1) add_rms_norm_slice<1>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
+    else if (np <= 2) add_rms_norm_slice<2>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
+    else if (np <= 3) add_rms_norm_slice<3>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
+    else add_rms_norm_slice<4>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
 }
 
 KERNEL(NORM_THREADS) gated_rms_norm(const float* __restrict__ x, const float* __restrict__ z,

@@ -884,6 +884,11 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             return;
         };
         gated.set_norm_q8(NormQ8::Gated);
+        // The sliced one-row add_rms_norm_q8s (5120-wide rows: 10 slices of 512 values).
+        let Some(mut sliced) = gpu("norm_q8_slices", true) else {
+            return;
+        };
+        sliced.set_norm_q8(NormQ8::Slices);
         // Fused, on the matrix-core kernels with fragment-ordered activations.
         let mma = |test: &str, norms: NormQ8, q8f: bool| {
             gpu(test, true).map(|mut b| {
@@ -903,6 +908,7 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         let (c_on, c_off) = (on.launch_counter(), off.launch_counter());
         let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
         let c_relaid = relaid.launch_counter();
+        let c_sliced = sliced.launch_counter();
         for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 13, 16].map(|n| (k, n))) {
             let heads = k / 64;
             let mut rng = Rng::new(77 + n as u64 + k as u64);
@@ -950,6 +956,15 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             let (a, l_gated) = run(&mut gated, &|| c_gated.get(), &g, &w, &inputs);
             assert_same_bits(&format!("{what}: gated norm_q8 vs unfused"), &a, &plain);
             assert_eq!(l_gated, 3 * 3 - 1, "{what}: gated norm_q8 launches");
+            // Slices: the gated norm, and the add_rms_norm of one row in the block form.
+            let (a, l_sliced) = run(&mut sliced, &|| c_sliced.get(), &g, &w, &inputs);
+            assert_same_bits(&format!("{what}: sliced norm_q8 vs unfused"), &a, &plain);
+            let sliceable = n == 1 && k > 512 && k % 512 == 0;
+            assert_eq!(
+                l_sliced,
+                3 * 3 - 1 - u64::from(sliceable),
+                "{what}: sliced norm_q8 launches"
+            );
             if n >= 13 {
                 let (a, l_frag) = run(&mut frag, &|| c_frag.get(), &g, &w, &inputs);
                 assert_same_bits(&format!("{what}: fragment order vs unfused"), &a, &plain);

@@ -204,6 +204,12 @@ pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
             Op::GatedRmsNorm { .. } if norms != NormQ8::Off => nd.outputs[0],
             Op::RmsNorm { .. } if norms == NormQ8::All => nd.outputs[0],
             Op::AddRmsNorm { .. } if norms == NormQ8::All => nd.outputs[1],
+            Op::AddRmsNorm { .. }
+                if norms == NormQ8::Slices
+                    && lower::norm_slices(g.tensor(nd.inputs[0])).is_some() =>
+            {
+                nd.outputs[1]
+            }
             Op::DynConv { .. } if be.conv_q8 => nd.outputs[0],
             _ => continue,
         };

@@ -578,6 +578,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         "gated_rms_norm",
         "rms_norm_q8",
         "add_rms_norm_q8",
+        "add_rms_norm_q8s",
         "gated_rms_norm_q8",
         "rms_norm_q8f",
         "add_rms_norm_q8f",

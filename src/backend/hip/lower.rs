@@ -1130,6 +1130,14 @@ fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
     ]
 }
 
+/// Slices of the sliced `add_rms_norm_q8s` for a norm over `x` (`NormQ8::Slices`): one row in
+/// the block form (`hip/norm.hip`: 512 < d ≤ 8192) cut into slices of 512 values (whole warps
+/// of chunks in every pass); `None` where that form does not apply.
+pub(super) fn norm_slices(x: &crate::graph::TensorDecl) -> Option<u32> {
+    let d = x.last_dim();
+    (x.numel() == d && d > 512 && d <= 8192 && d.is_multiple_of(512)).then_some((d / 512) as u32)
+}
+
 /// A norm node with its `_q8` kernel (see [`super::fused::norm_q8`]): the normalised output is
 /// written as f32 and as int8 activations, which the next int8 matmul over it then reuses. Where
 /// that matmul reads the fragment order ([`super::fused::frag_reader`]), the `_q8f` kernel writes
@@ -1182,6 +1190,25 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
         _ => return Err(unsupported(be, &node.op, "not a norm".into())),
     };
     args.extend([Arg::P(xq), Arg::P(xd), Arg::P(xs)]);
+    let slices = match node.op {
+        Op::AddRmsNorm { .. } if be.norm_q8 == super::NormQ8::Slices && fparts.is_none() => {
+            norm_slices(x)
+        }
+        _ => None,
+    };
+    if let Some(s) = slices {
+        args.extend([Arg::U32(s), u32_arg(be, &node.op, d)?, Arg::F32(eps)]);
+        launch(
+            be,
+            "norm",
+            "add_rms_norm_q8s",
+            [1, s, 1],
+            norm_threads(d),
+            &args,
+        )?;
+        be.quantized.set(Some(root));
+        return Ok(());
+    }
     let mut grid = rows;
     let name = match fparts {
         None => name.to_string(),

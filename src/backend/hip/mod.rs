@@ -319,6 +319,9 @@ pub enum NormQ8 {
     Off,
     /// `GatedRmsNorm` only.
     Gated,
+    /// The gated norms, and the `AddRmsNorm`s of one row whose rows take the sliced block form
+    /// (`add_rms_norm_q8s`, [`lower::norm_slices`]): `DELTASPEC_HIP_NORM_Q8=slices`.
+    Slices,
     All,
 }
 
@@ -397,6 +400,7 @@ impl HipBackend {
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
             norm_q8: match std::env::var("DELTASPEC_HIP_NORM_Q8").as_deref() {
                 Ok("1") => NormQ8::All,
+                Ok("slices") => NormQ8::Slices,
                 Ok("0") => NormQ8::Off,
                 _ => NormQ8::Gated,
             },
