@@ -13,7 +13,6 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && [ "${FORC
 fi
 C=${C:-carry/s41}
 source tools/device/env.sh
-OUT=${OUT:-/tmp/out}
 LIM=${LIM:-560}
 ROUNDS=${ROUNDS:-2}
 mk

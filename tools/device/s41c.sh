@@ -6,7 +6,6 @@
 set -u
 C=${C:-carry/s41c}
 source tools/device/env.sh
-OUT=${OUT:-/tmp/out}
 LIM=${LIM:-400}
 GT_MIN=60 gpu_tests wgpu_ops
 mk

@@ -8,7 +8,6 @@
 set -u
 C=${C:-carry/s41d}
 source tools/device/env.sh
-OUT=${OUT:-/tmp/out}
 LIM=${LIM:-560}
 ROUNDS=${ROUNDS:-3}
 mk
