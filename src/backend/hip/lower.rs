@@ -1327,3 +1327,33 @@ pub(super) fn u32_arg(be: &HipBackend, op: &Op, v: usize) -> Result<Arg, Backend
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::norm_slices;
+    use crate::graph::{TensorDecl, TensorKind};
+    use crate::tensor::DType;
+
+    fn rows(shape: &[usize]) -> TensorDecl {
+        TensorDecl {
+            name: "x".into(),
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+            kind: TensorKind::Input,
+        }
+    }
+
+    #[test]
+    fn sliced_norms_take_one_block_form_row_in_whole_512_value_slices() {
+        // The 27B hidden size: 10 slices; the widest block-form row: 16.
+        assert_eq!(norm_slices(&rows(&[1, 5120])), Some(10));
+        assert_eq!(norm_slices(&rows(&[5120])), Some(10));
+        assert_eq!(norm_slices(&rows(&[1, 8192])), Some(16));
+        assert_eq!(norm_slices(&rows(&[1, 1024])), Some(2));
+        // Several rows, the warp form (≤ 512), past the block form, or not whole slices.
+        assert_eq!(norm_slices(&rows(&[2, 5120])), None);
+        assert_eq!(norm_slices(&rows(&[1, 512])), None);
+        assert_eq!(norm_slices(&rows(&[1, 16384])), None);
+        assert_eq!(norm_slices(&rows(&[1, 1280])), None);
+    }
+}
