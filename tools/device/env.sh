@@ -21,6 +21,7 @@ export WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=$(mktemp -d)
 export DELTASPEC_BIN="$C/deltaspec"
 B=$C/deltaspec
 OUT=${OUT:-/tmp/out}  # where scripts put logs ($OUT on the device)
+mkdir -p "$OUT"
 W=/tmp/w
 mkdir -p $W
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv,noheader

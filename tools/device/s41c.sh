@@ -7,7 +7,7 @@ set -u
 C=${C:-carry/s41c}
 source tools/device/env.sh
 LIM=${LIM:-400}
-GT_MIN=60 gpu_tests wgpu_ops
+[ "${WGPU_TESTS:-1}" = 1 ] && GT_MIN=60 gpu_tests wgpu_ops
 mk
 d() { # tag drop-list
     left 25 || return
