@@ -85,6 +85,20 @@ DEV float norm_r(const f32x4 (&v)[NP], u32 D, float eps) {
 
 DEV float q8_round(float v, float id) { return __builtin_roundf(v * id); }
 DEV u32 q8_byte(float q) { return (u32)(u8)(i8)(i32)q; }
+// A chunk's share of its 32-value quantization block (8 chunks, 8 lanes): its max |value|; given
+// the block's scale d, its 4 quantized values; their int8 word and their sum.
+DEV float q8_amax4(const f32x4& o) {
+    return __builtin_fmaxf(__builtin_fmaxf(__builtin_fabsf(o.x), __builtin_fabsf(o.y)),
+                           __builtin_fmaxf(__builtin_fabsf(o.z), __builtin_fabsf(o.w)));
+}
+DEV f32x4 q8_quant4(const f32x4& o, float d) {
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    return f32x4{q8_round(o.x, id), q8_round(o.y, id), q8_round(o.z, id), q8_round(o.w, id)};
+}
+DEV u32 q8_pack4(const f32x4& q) {
+    return q8_byte(q.x) | q8_byte(q.y) << 8 | q8_byte(q.z) << 16 | q8_byte(q.w) << 24;
+}
+DEV float q8_sum4(const f32x4& q) { return ((q.x + q.y) + q.z) + q.w; }
 
 // Where a `_q8f` kernel writes its fragment-ordered copy: the int8 bytes, scales and scaled
 // sums (see qm_frag_index), the matmul's quantization blocks per input row (its K / 32: a
@@ -131,9 +145,7 @@ DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict_
     if constexpr (Q8) {
         float am[NP], qs[NP], d[NP];
 #pragma unroll
-        for (u32 k = 0; k < NP; ++k)
-            am[k] = __builtin_fmaxf(__builtin_fmaxf(__builtin_fabsf(o[k].x), __builtin_fabsf(o[k].y)),
-                                    __builtin_fmaxf(__builtin_fabsf(o[k].z), __builtin_fabsf(o[k].w)));
+        for (u32 k = 0; k < NP; ++k) am[k] = q8_amax4(o[k]);
 #pragma unroll
         for (u32 m = 1; m < 8; m <<= 1)
 #pragma unroll
@@ -141,16 +153,14 @@ DEV void norm_store4(const NormRow& nr, const f32x4 (&o)[NP], float* __restrict_
 #pragma unroll
         for (u32 k = 0; k < NP; ++k) {
             d[k] = am[k] / 127.0f;
-            const float id = d[k] != 0.0f ? 1.0f / d[k] : 0.0f;
-            const float q0 = q8_round(o[k].x, id), q1 = q8_round(o[k].y, id);
-            const float q2 = q8_round(o[k].z, id), q3 = q8_round(o[k].w, id);
+            const f32x4 q = q8_quant4(o[k], d[k]);
             const u64 c = nr.base + nr_chunk(nr, k);  // global chunk: values 4c .. 4c + 3
             if (nr_has(nr, k)) {
-                const u32 word = q8_byte(q0) | q8_byte(q1) << 8 | q8_byte(q2) << 16 | q8_byte(q3) << 24;
+                const u32 word = q8_pack4(q);
                 ((u32*)XQ)[c] = word;
                 if constexpr (Q8 == 2) q8f_word(f, c / 8, (u32)(c % 8), word);
             }
-            qs[k] = ((q0 + q1) + q2) + q3;
+            qs[k] = q8_sum4(q);
         }
 #pragma unroll
         for (u32 m = 1; m < 8; m <<= 1)
@@ -196,12 +206,10 @@ DEV void rms_norm_regs(const float* __restrict__ x, const float* __restrict__ w,
     norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS, f);
 }
 
-template <u32 TPR, u32 NP, u32 Q8>
-DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
-                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS,
-                           const Q8F& f, u32 D, float eps) {
-    const NormRow nr = norm_row<TPR>(D);
-    f32x4 v[NP], wv[NP], o[NP];
+// This thread's chunks of the row sum x + res and of the weight (zeros past the row).
+template <u32 NP>
+DEV void add_norm_in(const NormRow& nr, const float* __restrict__ x, const float* __restrict__ res,
+                     const float* __restrict__ w, f32x4 (&v)[NP], f32x4 (&wv)[NP]) {
 #pragma unroll
     for (u32 k = 0; k < NP; ++k) {
         const bool h = nr_has(nr, k);
@@ -209,6 +217,15 @@ DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict_
         v[k] = h ? add4(ld4(x, c), ld4(res, c)) : zero4();
         wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
     }
+}
+
+template <u32 TPR, u32 NP, u32 Q8>
+DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                           float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS,
+                           const Q8F& f, u32 D, float eps) {
+    const NormRow nr = norm_row<TPR>(D);
+    f32x4 v[NP], wv[NP], o[NP];
+    add_norm_in<NP>(nr, x, res, w, v, wv);
 #pragma unroll
     for (u32 k = 0; k < NP; ++k)
         if (nr_has(nr, k)) st4(sum, nr.base + nr_chunk(nr, k), v[k]);
@@ -226,20 +243,15 @@ DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict_
 // one-block add_rms_norm_q8 quantizes all NP passes in series (5.2 µs against 3.3 for the plain
 // norm at D = 5120, session 14), while here each warp quantizes at most one pass, and the
 // separate quantize_q8 launch (~0.6 µs inside a 1-row step, session 41) goes. Each pass's
-// quantization is norm_store4's float operations on the same values: the same bits.
+// quantization is norm_store4's (q8_amax4, q8_quant4, the same shuffles) on the same values: the
+// same bits.
 template <u32 NP>
 DEV void add_rms_norm_slice(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
                             float* __restrict__ sum, float* __restrict__ y, i8* __restrict__ XQ,
                             float* __restrict__ XD, float* __restrict__ XS, u32 slices, u32 D, float eps) {
     const NormRow nr = norm_row<NORM_THREADS>(D);
     f32x4 v[NP], wv[NP];
-#pragma unroll
-    for (u32 k = 0; k < NP; ++k) {
-        const bool h = nr_has(nr, k);
-        const u64 c = nr.base + nr_chunk(nr, k);
-        v[k] = h ? add4(ld4(x, c), ld4(res, c)) : zero4();
-        wv[k] = h ? ld4(w, nr_chunk(nr, k)) : zero4();
-    }
+    add_norm_in<NP>(nr, x, res, w, v, wv);
     const float r = norm_r<NORM_THREADS, NP>(v, D, eps);
     const u32 cs = nr.nc / slices, lo = bid_y() * cs, hi = lo + cs;
 #pragma unroll
@@ -250,16 +262,13 @@ DEV void add_rms_norm_slice(const float* __restrict__ x, const float* __restrict
         st4(sum, c, v[k]);
         const f32x4 o = mul4(scale4(v[k], r), wv[k]);
         st4(y, c, o);
-        float am = __builtin_fmaxf(__builtin_fmaxf(__builtin_fabsf(o.x), __builtin_fabsf(o.y)),
-                                   __builtin_fmaxf(__builtin_fabsf(o.z), __builtin_fabsf(o.w)));
+        float am = q8_amax4(o);
 #pragma unroll
         for (u32 m = 1; m < 8; m <<= 1) am = __builtin_fmaxf(am, shfl_xor(am, m));
         const float d = am / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const float q0 = q8_round(o.x, id), q1 = q8_round(o.y, id);
-        const float q2 = q8_round(o.z, id), q3 = q8_round(o.w, id);
-        ((u32*)XQ)[c] = q8_byte(q0) | q8_byte(q1) << 8 | q8_byte(q2) << 16 | q8_byte(q3) << 24;
-        float qs = ((q0 + q1) + q2) + q3;
+        const f32x4 q = q8_quant4(o, d);
+        ((u32*)XQ)[c] = q8_pack4(q);
+        float qs = q8_sum4(q);
 #pragma unroll
         for (u32 m = 1; m < 8; m <<= 1) qs += shfl_xor(qs, m);
         if (lane_id() % 8 == 0) {

@@ -1196,42 +1196,25 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
         }
         _ => None,
     };
-    if let Some(s) = slices {
-        args.extend([Arg::U32(s), u32_arg(be, &node.op, d)?, Arg::F32(eps)]);
-        launch(
-            be,
-            "norm",
-            "add_rms_norm_q8s",
-            [1, s, 1],
-            norm_threads(d),
-            &args,
-        )?;
-        be.quantized.set(Some(root));
-        return Ok(());
-    }
-    let mut grid = rows;
-    let name = match fparts {
-        None => name.to_string(),
-        Some(([fq, fd, fs], n, k)) => {
-            // Norm rows per input row of the reader: the padding rows' norm blocks zero them.
-            grid = (n.div_ceil(8) * 8 * (k / d)) as u64;
+    let (name, grid) = match (fparts, slices) {
+        (_, Some(s)) => {
+            args.push(Arg::U32(s));
+            ("add_rms_norm_q8s".to_string(), [1, s, 1])
+        }
+        (None, None) => (name.to_string(), [blocks(rows, 1), 1, 1]),
+        (Some(([fq, fd, fs], n, k)), None) => {
             args.extend([fq, fd, fs].map(Arg::P));
             args.extend([
                 u32_arg(be, &node.op, k / 32)?,
                 u32_arg(be, &node.op, rows as usize)?,
             ]);
-            format!("{name}f")
+            // Norm rows per input row of the reader: the padding rows' norm blocks zero them.
+            let grid = (n.div_ceil(8) * 8 * (k / d)) as u64;
+            (format!("{name}f"), [blocks(grid, 1), 1, 1])
         }
     };
     args.extend([u32_arg(be, &node.op, d)?, Arg::F32(eps)]);
-    launch(
-        be,
-        "norm",
-        &name,
-        [blocks(grid, 1), 1, 1],
-        norm_threads(d),
-        &args,
-    )?;
+    launch(be, "norm", &name, grid, norm_threads(d), &args)?;
     be.quantized.set(Some(root));
     if fparts.is_some() {
         be.fragged.set(Some(root));
