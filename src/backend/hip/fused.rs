@@ -38,6 +38,7 @@
 
 use super::kernels::{self, weight_kernel};
 use super::lower::{self, Arg, Env, blocks, launch, u32_arg};
+use super::prefetch;
 use super::{HipBackend, NormQ8, QkPrepMode};
 use crate::backend::BackendError;
 use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits, QkPrep};
@@ -47,7 +48,7 @@ pub(super) use fuse::extra_uses;
 
 /// The int8 GEMV of matmul node `i`: `(weight kernel suffix, n, k, m, row bytes)`, if node `i`
 /// is a matmul that takes that path on `be`.
-fn int8_matmul(
+pub(super) fn int8_matmul(
     be: &HipBackend,
     g: &Graph,
     i: usize,
@@ -248,7 +249,10 @@ pub(super) fn node(
     }
     match f.role.get(i).copied().flatten() {
         Some((_, false)) => return Ok(()),
-        Some((gi, true)) => return group(be, env, &f.groups[gi], f.conv_of(gi)),
+        Some((gi, true)) => {
+            group(be, env, &f.groups[gi], f.conv_of(gi))?;
+            return prefetch::after(be, env, f, i);
+        }
         None => {}
     }
     if let Some(s) = f.gate_of.get(i).copied().flatten() {
@@ -256,7 +260,8 @@ pub(super) fn node(
             int8_matmul(be, env.graph, i).expect("checked by the plan");
         let sm = &env.graph.nodes[s];
         let gate = Some((sm.inputs[0], sm.inputs[1]));
-        return lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate);
+        lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate)?;
+        return prefetch::after(be, env, f, i);
     }
     if env.ex.q8_out.get(i) == Some(&true) {
         return match node.op {
@@ -264,7 +269,8 @@ pub(super) fn node(
             _ => lower::norm_q8(be, env, node),
         };
     }
-    lower::node(be, env, i, node)
+    lower::node(be, env, i, node)?;
+    prefetch::after(be, env, f, i)
 }
 
 /// Weight rows per warp of the fused wide kernels (`qgemv4_*_<nt>x<r>`, `qgemv_glu_*_<nt>x<r>`)

@@ -418,7 +418,8 @@ pub fn ptx_only(name: &str) -> bool {
                 .any(|u| name.ends_with(&format!("_1p{u}")))
             || Q1_STAGES.iter().any(|s| name.ends_with(&format!("_1t{s}")))
     };
-    name.starts_with("qmma")
+    name == "l2_prefetch"
+        || name.starts_with("qmma")
         || name.starts_with("qmmp")
         || name.starts_with("qgemv") && q1(name)
         || name.starts_with("qgemv")
@@ -512,6 +513,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     }
     v.push(("qmatmul", "quantize_q8".into()));
     v.push(("qmatmul", "quantize_q8_gate".into()));
+    v.push(("qmatmul", "l2_prefetch".into()));
     for n in ["qmma_quantize", "qmma_quantize_gate", "qmma_relayout"] {
         v.push(("qmma", n.into()));
     }

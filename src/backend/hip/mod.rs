@@ -20,6 +20,7 @@ mod graphs;
 pub mod kernels;
 mod layout;
 mod lower;
+mod prefetch;
 
 pub use graphs::GraphStats;
 
@@ -309,6 +310,9 @@ pub struct HipBackend {
     /// rows), which fill less than a wave with the default tile (`DELTASPEC_HIP_Q1_SMALL`).
     q1_small: Option<kernels::Q1>,
     q1_small_m: usize,
+    /// Bytes of the next 1-row GEMV's weights pulled into L2 right after each 1-row GEMV
+    /// (`DELTASPEC_HIP_L2PF=<MiB>`, CUDA only; 0: off, the default). See [`prefetch`].
+    l2pf: u64,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -476,6 +480,11 @@ impl HipBackend {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(12288),
+            l2pf: std::env::var("DELTASPEC_HIP_L2PF")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|_| drv.api() == Api::Cuda)
+                .map_or(0, |mib| mib << 20),
             // f32 activations: wider inputs take the tiled kernel.
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
@@ -552,6 +561,9 @@ impl HipBackend {
             b.target,
             if pdl { ", overlapped launches" } else { "" }
         );
+        if b.l2pf > 0 {
+            b.label += &format!(" [L2 prefetch {} MiB]", b.l2pf >> 20);
+        }
         if !b.drop.is_empty() {
             // Timing only: say so wherever the backend is named (bench lines, JSON).
             b.label += &format!(" [DROPPED {}: outputs invalid]", b.drop.join(","));
