@@ -606,6 +606,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     v.push(("attention", "kv_write".into()));
     for h in ATTN_HDL {
         v.push(("attention", format!("attn_hd{h}")));
+        v.push(("attention", format!("attn_gqa_hd{h}")));
         v.push(("attention", format!("attn_nc_hd{h}")));
     }
     v.push(("attention", "attn_combine".into()));

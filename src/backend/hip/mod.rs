@@ -208,6 +208,12 @@ pub struct HipBackend {
     /// and the launch it saves overlaps its neighbours under PDL). `DELTASPEC_HIP_COMBINE_Q8=1`
     /// turns it on.
     combine_q8: bool,
+    /// Causal attention of at least this many key splits runs `attn_gqa_hd*` (one block per kv
+    /// head and split for all its query heads, each K/V row read once for them; the same bits
+    /// as `attn_hd*`) where a kv head has 2 to [`attention::GQA_MAX_GROUP`] query heads.
+    /// `DELTASPEC_HIP_ATTN_GQA=<splits>` (`1`: every launch); unset or `0`: never (not yet
+    /// timed on a GPU).
+    attn_gqa_min_splits: usize,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
     /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
@@ -412,6 +418,11 @@ impl HipBackend {
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
             combine_q8: std::env::var("DELTASPEC_HIP_COMBINE_Q8").is_ok_and(|v| v == "1"),
+            attn_gqa_min_splits: std::env::var("DELTASPEC_HIP_ATTN_GQA")
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(usize::MAX),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
                 Ok("keys") => QkPrepMode::KeysOnly,
@@ -1028,6 +1039,12 @@ impl HipBackend {
     /// feeds (`attn_combine_q8g`), for runs afterwards; the same bits.
     pub fn set_combine_q8(&mut self, on: bool) {
         self.combine_q8 = on;
+    }
+
+    /// The fewest key splits at which causal attention runs the grouped-query kernel
+    /// (`attn_gqa_hd*`, the same bits); `None`: never. For graphs compiled afterwards.
+    pub fn set_attn_gqa(&mut self, min_splits: Option<usize>) {
+        self.attn_gqa_min_splits = min_splits.unwrap_or(usize::MAX);
     }
 
     /// Whether a 1-row projection group runs the conv step that reads its first output (see
