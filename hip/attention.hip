@@ -19,6 +19,8 @@
 
 constexpr u32 ATTN_WARPS = 4;
 constexpr u32 ATTN_THREADS = ATTN_WARPS * WARP;
+// Rounds ahead the grouped kernel (attn_gqa_hdN) hints its K/V rows into L2.
+constexpr u32 ATTN_PF = 2;
 constexpr u32 KV_THREADS = 256;
 
 KERNEL(KV_THREADS) kv_write(const float* __restrict__ k, const float* __restrict__ v, const i32* __restrict__ pos,
@@ -136,6 +138,15 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
         const bool use_b = jb < j1 && !(mask && jb >= base && mask[(u64)t * T + (jb - base)] == 0);
         const float* ka = kc + (u64)j * row + (u64)kvh * hd;
         const float* kb = kc + (u64)(use_b ? jb : j) * row + (u64)kvh * hd;
+        if constexpr (GM > 1) {
+            // The grouped kernel has a quarter of the per-head kernel's blocks or fewer, so its
+            // walks keep too few rows in flight to stream a long context: lane l hints line
+            // l % 8 of K row a, K row b, V row a or V row b (l / 8) ATTN_PF rounds ahead. Hints
+            // only (the caches are written before this kernel runs; no value depends on them).
+            const u32 jp = j + ATTN_PF * 2 * ATTN_WARPS + (lane / 8 % 2) * ATTN_WARPS;
+            if (jp < j1 && (lane % 8) * 32 < hd)
+                prefetch_l2((lane < 16 ? kc : vc) + (u64)jp * row + (u64)kvh * hd + (lane % 8) * 32);
+        }
         float da[GM], db[GM];
 #pragma unroll
         for (u32 g = 0; g < GM; ++g) da[g] = db[g] = 0.0f;
