@@ -223,8 +223,6 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     }
 }
 
-// Most query heads per kv head that attn_gqa_hdN serves (mirrored by attention::GQA_MAX_GROUP).
-constexpr u32 ATTN_GQA_MAX = 8;
 #define DS_ATTN(HDL)                                                                                 \
     KERNEL(ATTN_THREADS)                                                                             \
     attn_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,        \
@@ -233,7 +231,19 @@ constexpr u32 ATTN_GQA_MAX = 8;
         grid_begin();                                                                                \
         attn<HDL, 1>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, causal,  \
                      window, mask, T);                                                               \
-    }                                                                                                \
+    }
+
+DS_ATTN(1)
+DS_ATTN(2)
+DS_ATTN(4)
+DS_ATTN(8)
+
+// The grouped kernels, NVIDIA only for now: on gfx1100 the 8-head, 256-dim form spills 27 VGPRs
+// (its 2 · 8 · 8 query and accumulator registers a lane). Mirrored by kernels::ptx_only.
+#if !defined(__AMDGPU__)
+// Most query heads per kv head that attn_gqa_hdN serves (mirrored by attention::GQA_MAX_GROUP).
+constexpr u32 ATTN_GQA_MAX = 8;
+#define DS_ATTN_GQA(HDL)                                                                             \
     KERNEL(ATTN_THREADS)                                                                             \
     attn_gqa_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,    \
                      float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, \
@@ -242,11 +252,11 @@ constexpr u32 ATTN_GQA_MAX = 8;
         attn<HDL, ATTN_GQA_MAX>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, \
                                 causal, window, mask, T);                                            \
     }
-
-DS_ATTN(1)
-DS_ATTN(2)
-DS_ATTN(4)
-DS_ATTN(8)
+DS_ATTN_GQA(1)
+DS_ATTN_GQA(2)
+DS_ATTN_GQA(4)
+DS_ATTN_GQA(8)
+#endif
 
 // Non-causal attention of a block of queries (graph op AttentionNonCausal: drafter blocks of B
 // rows over the context and the block). attn_hdN above re-reads every K/V row once per (query,

@@ -268,7 +268,10 @@ pub(super) fn lower(
             // the context)
             let causal = if on_cache_grid(g, t) { 2 } else { 1 };
             args.extend([Arg::U32(causal), Arg::U32(0), Arg::P(mask), u(t)?]);
-            let (name, blocks_y) = if gqa(nh, nkv) && nsplit >= be.attn_gqa_min_splits {
+            let grouped = gqa(nh, nkv)
+                && nsplit >= be.attn_gqa_min_splits
+                && be.drv.api() == super::driver::Api::Cuda;
+            let (name, blocks_y) = if grouped {
                 (format!("attn_gqa_hd{hdl}"), nkv)
             } else {
                 (format!("attn_hd{hdl}"), nh)

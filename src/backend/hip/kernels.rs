@@ -419,6 +419,7 @@ pub fn ptx_only(name: &str) -> bool {
             || Q1_STAGES.iter().any(|s| name.ends_with(&format!("_1t{s}")))
     };
     name == "l2_prefetch"
+        || name.starts_with("attn_gqa_")
         || name.starts_with("qmma")
         || name.starts_with("qmmp")
         || name.starts_with("qgemv") && q1(name)
