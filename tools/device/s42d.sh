@@ -18,17 +18,19 @@ d() { # tag depth env...
         -d $depth --ctx $((depth + 1024)) --warmup-ms 500 2>&1 | grep -E "decode:|rror|panick" |
         sed "s/^/[$((SECONDS - t0))s $tag] /"
 }
-for i in 1 2; do
-    d "off $i" 0 X=1
-    d "pf16 $i" 0 DELTASPEC_HIP_L2PF=16
-    d "pf40 $i" 0 DELTASPEC_HIP_L2PF=40
-    d "slices $i" 0 DELTASPEC_HIP_NORM_Q8=slices
-done
-d "d4096 off" 4096 X=1
-d "d4096 gqa" 4096 DELTASPEC_HIP_ATTN_GQA=1
-d "d4096 off" 4096 X=1
-d "d4096 gqa" 4096 DELTASPEC_HIP_ATTN_GQA=1
-left 60 && DELTASPEC_REQUIRE_GPU=1 timeout -k 5 50 $C/hip_attn_gqa 2>&1 | grep -E "test result|panicked" | head -3
+DELTASPEC_REQUIRE_GPU=1 timeout -k 5 50 $C/hip_attn_gqa 2>&1 | grep -E "test result|panicked" | head -3
+d "off 1" 0 X=1
+d "pf40 1" 0 DELTASPEC_HIP_L2PF=40
+d "d4096 off 1" 4096 X=1
+d "d4096 gqa 1" 4096 DELTASPEC_HIP_ATTN_GQA=1
+d "slices 1" 0 DELTASPEC_HIP_NORM_Q8=slices
+d "pf16 1" 0 DELTASPEC_HIP_L2PF=16
+d "off 2" 0 X=1
+d "pf40 2" 0 DELTASPEC_HIP_L2PF=40
+d "d4096 off 2" 4096 X=1
+d "d4096 gqa 2" 4096 DELTASPEC_HIP_ATTN_GQA=1
+d "slices 2" 0 DELTASPEC_HIP_NORM_Q8=slices
+d "pf16 2" 0 DELTASPEC_HIP_L2PF=16
 for e in X=1 "DELTASPEC_HIP_L2PF=40 DELTASPEC_HIP_ATTN_GQA=1 DELTASPEC_HIP_NORM_Q8=slices"; do
     left 40 || break
     env $e timeout -k 5 40 $B generate --model $W/m.gguf --backend hip:cuda --tokens 1,2,3 -n 16 2>&1 |
