@@ -10,26 +10,20 @@ set -u
 C=${C:-carry/s41d}
 source tools/device/env.sh
 LIM=${LIM:-560}
+export DV_N=48 DV_WARM=1000 DV_SPARE=30
 ROUNDS=${ROUNDS:-2}
 mk
-d() { # tag env...
-    local tag=$1
-    shift
-    left 30 || return
-    env "$@" timeout -k 5 60 $B bench decode --model $W/m.gguf --backend hip:cuda -n 48 --bw-mib 64 \
-        --warmup-ms 1000 2>&1 | grep -E "decode:|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
-}
 for i in $(seq 1 "$ROUNDS"); do
-    d "default $i" X=1
-    d "slices $i" DELTASPEC_HIP_NORM_Q8=slices
-    d "chunk64 $i" DELTASPEC_HIP_ATTN_CHUNK=64
+    dv "default $i" 0 X=1
+    dv "slices $i" 0 DELTASPEC_HIP_NORM_Q8=slices
+    dv "chunk64 $i" 0 DELTASPEC_HIP_ATTN_CHUNK=64
 done
-d "drop qk_prep" DELTASPEC_HIP_DROP=qk_prep
-d "drop attn_hd" DELTASPEC_HIP_DROP=attn_hd
-d "drop combine" DELTASPEC_HIP_DROP=attn_combine
-d "drop gated norm" DELTASPEC_HIP_DROP=gated_rms
-d "drop add_rms" DELTASPEC_HIP_DROP=add_rms
-d "drop conv+gdn" DELTASPEC_HIP_DROP=gdn_dk
+dv "drop qk_prep" 0 DELTASPEC_HIP_DROP=qk_prep
+dv "drop attn_hd" 0 DELTASPEC_HIP_DROP=attn_hd
+dv "drop combine" 0 DELTASPEC_HIP_DROP=attn_combine
+dv "drop gated norm" 0 DELTASPEC_HIP_DROP=gated_rms
+dv "drop add_rms" 0 DELTASPEC_HIP_DROP=add_rms
+dv "drop conv+gdn" 0 DELTASPEC_HIP_DROP=gdn_dk
 left 200 && DELTASPEC_REQUIRE_GPU=1 timeout -k 5 150 $C/hip_fused --test-threads=2 norms_feeding 2>&1 |
     grep -E "^test |test result|panicked" | head -6
 GT_MIN=90 gpu_tests wgpu_ops

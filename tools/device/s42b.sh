@@ -8,19 +8,13 @@ set -u
 C=${C:-carry/s42}
 source tools/device/env.sh
 LIM=${LIM:-560}
+export DV_N=48 DV_WARM=1000 DV_SPARE=30
 ROUNDS=${ROUNDS:-3}
 PFS=${PFS:-8 24 48}
 mk
-d() { # tag env...
-    local tag=$1
-    shift
-    left 30 || return
-    env "$@" timeout -k 5 60 $B bench decode --model $W/m.gguf --backend hip:cuda -n 48 --bw-mib 64 \
-        --warmup-ms 1000 2>&1 | grep -E "decode:|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
-}
 for i in $(seq 1 "$ROUNDS"); do
-    d "off $i" X=1
-    for p in $PFS; do d "pf$p $i" DELTASPEC_HIP_L2PF=$p; done
+    dv "off $i" 0 X=1
+    for p in $PFS; do dv "pf$p $i" 0 DELTASPEC_HIP_L2PF=$p; done
 done
 for p in 0 24; do
     left 40 || break

@@ -10,27 +10,19 @@ C=${C:-carry/s42g}
 source tools/device/env.sh
 LIM=${LIM:-570}
 mk
-d() { # tag depth env...
-    local tag=$1 depth=$2
-    shift 2
-    left 45 || return
-    env "$@" timeout -k 5 90 $B bench decode --model $W/m.gguf --backend hip:cuda -n 32 --bw-mib 64 \
-        -d $depth --ctx $((depth + 1024)) --warmup-ms 500 2>&1 | grep -E "decode:|rror|panick" |
-        sed "s/^/[$((SECONDS - t0))s $tag] /"
-}
 DELTASPEC_REQUIRE_GPU=1 timeout -k 5 50 $C/hip_attn_gqa 2>&1 | grep -E "test result|panicked" | head -3
-d "off 1" 0 X=1
-d "pf40 1" 0 DELTASPEC_HIP_L2PF=40
-d "d4096 off 1" 4096 X=1
-d "d4096 gqa 1" 4096 DELTASPEC_HIP_ATTN_GQA=1
-d "slices 1" 0 DELTASPEC_HIP_NORM_Q8=slices
-d "pf16 1" 0 DELTASPEC_HIP_L2PF=16
-d "off 2" 0 X=1
-d "pf40 2" 0 DELTASPEC_HIP_L2PF=40
-d "d4096 off 2" 4096 X=1
-d "d4096 gqa 2" 4096 DELTASPEC_HIP_ATTN_GQA=1
-d "slices 2" 0 DELTASPEC_HIP_NORM_Q8=slices
-d "pf16 2" 0 DELTASPEC_HIP_L2PF=16
+dv "off 1" 0 X=1
+dv "pf40 1" 0 DELTASPEC_HIP_L2PF=40
+dv "d4096 off 1" 4096 X=1
+dv "d4096 gqa 1" 4096 DELTASPEC_HIP_ATTN_GQA=1
+dv "slices 1" 0 DELTASPEC_HIP_NORM_Q8=slices
+dv "pf16 1" 0 DELTASPEC_HIP_L2PF=16
+dv "off 2" 0 X=1
+dv "pf40 2" 0 DELTASPEC_HIP_L2PF=40
+dv "d4096 off 2" 4096 X=1
+dv "d4096 gqa 2" 4096 DELTASPEC_HIP_ATTN_GQA=1
+dv "slices 2" 0 DELTASPEC_HIP_NORM_Q8=slices
+dv "pf16 2" 0 DELTASPEC_HIP_L2PF=16
 for e in X=1 "DELTASPEC_HIP_L2PF=40 DELTASPEC_HIP_ATTN_GQA=1 DELTASPEC_HIP_NORM_Q8=slices"; do
     left 40 || break
     env $e timeout -k 5 40 $B generate --model $W/m.gguf --backend hip:cuda --tokens 1,2,3 -n 16 2>&1 |
