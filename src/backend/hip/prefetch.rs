@@ -14,7 +14,7 @@ use super::lower::{Arg, Env, launch};
 use super::{HipBackend, kernels};
 use crate::backend::BackendError;
 use crate::backend::wgpu::fuse::Fusion;
-use crate::graph::Graph;
+use crate::graph::{Graph, TensorId};
 
 /// Blocks of the prefetch launch: each thread issues 16 KiB pieces strided over the grid.
 const BLOCKS: u32 = 64;
@@ -28,10 +28,7 @@ pub(super) fn after(be: &HipBackend, env: &Env, f: &Fusion, i: usize) -> Result<
     let Some(ranges) = next_ranges(be, env.graph, f, i) else {
         return Ok(());
     };
-    let [(p0, b0), (p1, b1)] = ranges.map(|(t, b)| match t {
-        Some(t) => (env.ptr(t), b),
-        None => (0, 0),
-    });
+    let [(p0, b0), (p1, b1)] = ranges.map(|r| r.map_or((0, 0), |(t, b)| (env.ptr(t), b)));
     launch(
         be,
         "qmatmul",
@@ -49,15 +46,12 @@ fn next_ranges(
     g: &Graph,
     f: &Fusion,
     i: usize,
-) -> Option<[(Option<crate::graph::TensorId>, u64); 2]> {
-    let own = f.role.get(i).copied().flatten().map(|r| r.0);
-    let j = (i + 1..g.nodes.len()).find(|&j| {
-        let role = f.role.get(j).copied().flatten();
-        int8_matmul(be, g, j).is_some()
-            && !matches!(role, Some((_, false)))
-            && (role.is_none() || role.map(|r| r.0) != own)
-    })?;
-    let (_, n, _, _, row_bytes) = int8_matmul(be, g, j)?;
+) -> Option<[Option<(TensorId, u64)>; 2]> {
+    // The next launching int8 matmul: not a later member of a group (those of `i`'s own
+    // group included), which its first member's launch covers.
+    let (j, (_, n, _, _, row_bytes)) = (i + 1..g.nodes.len())
+        .filter(|&j| !matches!(f.role.get(j).copied().flatten(), Some((_, false))))
+        .find_map(|j| Some((j, int8_matmul(be, g, j)?)))?;
     if n != 1 {
         return None;
     }
@@ -73,7 +67,7 @@ fn next_ranges(
             (w, g.tensor(w).shape[0] as u64 * row_bytes)
         })
         .collect();
-    Some(split(&sized, be.l2pf, pair).map(|r| (r.map(|(w, _)| w), r.map_or(0, |(_, b)| b))))
+    Some(split(&sized, be.l2pf, pair))
 }
 
 /// The budget over the launch's matrices: a pair's two halves equally (its kernel reads row j
