@@ -19,8 +19,6 @@
 
 constexpr u32 ATTN_WARPS = 4;
 constexpr u32 ATTN_THREADS = ATTN_WARPS * WARP;
-// Rounds ahead the grouped kernel (attn_gqa_hdN) hints its K/V rows into L2.
-constexpr u32 ATTN_PF = 2;
 constexpr u32 KV_THREADS = 256;
 
 KERNEL(KV_THREADS) kv_write(const float* __restrict__ k, const float* __restrict__ v, const i32* __restrict__ pos,
@@ -65,25 +63,16 @@ DEV void attn_take(float s, const float (&x)[HDL], float& m, float& l, float (&a
     m = m_new;
 }
 
-// GM = 1 (attn_hdN): the block is head h = bid_y(). GM > 1 (attn_gqa_hdN): the block is kv head
-// bid_y() and all G = nh / nkv <= GM query heads that read it, so each K/V row is loaded once for
-// the G heads instead of once per head (a long context's decode re-read the f32 rows G times from
-// L2: ~200 MB an attention layer of the 27B after 4096 rows, session 41). Every head still takes
-// its keys in the same warps and order with the same float operations as in its own block, so
-// both kernels give the same bits and either may serve any launch.
-template <u32 HDL, u32 GM>
+template <u32 HDL>
 DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc,
               const i32* __restrict__ pos, float* __restrict__ out, float* __restrict__ part_o,
               float* __restrict__ part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, u32 cap,
               u32 causal, u32 window, const i32* __restrict__ mask, u32 T) {
-    __shared__ float sm[GM][ATTN_WARPS], sl[GM][ATTN_WARPS];
-    __shared__ float so[GM][ATTN_WARPS][HDL * WARP];
-    const u32 sp = bid_x(), t = bid_z();
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS];
+    __shared__ float so[ATTN_WARPS][HDL * WARP];
+    const u32 sp = bid_x(), h = bid_y(), t = bid_z();
     const u32 lane = lane_id(), w = tid_x() / WARP;
-    const u32 G = nh / nkv;
-    const u32 kvh = GM == 1 ? bid_y() / G : bid_y();
-    const u32 h0 = GM == 1 ? bid_y() : kvh * G;  // the block's first head
-    const u32 ng = GM == 1 ? 1u : G;             // and its number of heads
+    const u32 kvh = h / (nh / nkv);
     const u32 row = nkv * hd;
     const i32 p = pos[t];
     // Causal attention with one split needs no extent (each query ends at its own position).
@@ -114,19 +103,15 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
     const u32 j0 = lo + sp * chunk;
     const u32 j1 = j0 + chunk < hi ? j0 + chunk : hi;
 
-    float qr[GM][HDL], acc[GM][HDL], m[GM], l[GM];
+    float qr[HDL], acc[HDL];
+    const float* qh = q + ((u64)t * nh + h) * hd;
 #pragma unroll
-    for (u32 g = 0; g < GM; ++g) {
-        const float* qh = q + ((u64)t * nh + h0 + g) * hd;
-#pragma unroll
-        for (u32 r = 0; r < HDL; ++r) {
-            const u32 d = lane + WARP * r;
-            qr[g][r] = g < ng && d < hd ? qh[d] : 0.0f;
-            acc[g][r] = 0.0f;
-        }
-        m[g] = -__builtin_inff();
-        l[g] = 0.0f;
+    for (u32 r = 0; r < HDL; ++r) {
+        const u32 d = lane + WARP * r;
+        qr[r] = d < hd ? qh[d] : 0.0f;
+        acc[r] = 0.0f;
     }
+    float m = -__builtin_inff(), l = 0.0f;
     const u32 base = mask ? (u32)pos[0] : 0u;
     // Two keys a round (j and j + ATTN_WARPS): both rows' loads and warp sums are independent,
     // so they overlap; one key a round left each warp's walk one dependent chain of DRAM loads,
@@ -138,28 +123,13 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
         const bool use_b = jb < j1 && !(mask && jb >= base && mask[(u64)t * T + (jb - base)] == 0);
         const float* ka = kc + (u64)j * row + (u64)kvh * hd;
         const float* kb = kc + (u64)(use_b ? jb : j) * row + (u64)kvh * hd;
-        if constexpr (GM > 1) {
-            // The grouped kernel has a quarter of the per-head kernel's blocks or fewer, so its
-            // walks keep too few rows in flight to stream a long context: lane l hints line
-            // l % 8 of K row a, K row b, V row a or V row b (l / 8) ATTN_PF rounds ahead. Hints
-            // only (the caches are written before this kernel runs; no value depends on them).
-            const u32 jp = j + ATTN_PF * 2 * ATTN_WARPS + (lane / 8 % 2) * ATTN_WARPS;
-            if (jp < j1 && (lane % 8) * 32 < hd)
-                prefetch_l2((lane < 16 ? kc : vc) + (u64)jp * row + (u64)kvh * hd + (lane % 8) * 32);
-        }
-        float da[GM], db[GM];
-#pragma unroll
-        for (u32 g = 0; g < GM; ++g) da[g] = db[g] = 0.0f;
+        float da = 0.0f, db = 0.0f;
 #pragma unroll
         for (u32 r = 0; r < HDL; ++r) {
             const u32 d = lane + WARP * r;
             if (d < hd) {
-                const float a = ka[d], b = kb[d];
-#pragma unroll
-                for (u32 g = 0; g < GM; ++g) {
-                    da[g] += qr[g][r] * a;
-                    db[g] += qr[g][r] * b;
-                }
+                da += qr[r] * ka[d];
+                db += qr[r] * kb[d];
             }
         }
         const float* va = vc + (u64)j * row + (u64)kvh * hd;
@@ -171,55 +141,45 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
             xa[r] = d < hd ? va[d] : 0.0f;
             xb[r] = d < hd ? vb[d] : 0.0f;
         }
-#pragma unroll
-        for (u32 g = 0; g < GM; ++g) {
-            if (g >= ng) break;
-            const float sa = warp_sum(da[g]) * scale;
-            const float sb = warp_sum(db[g]) * scale;
-            if (use_a) attn_take<HDL>(sa, xa, m[g], l[g], acc[g], lane, hd);
-            if (use_b) attn_take<HDL>(sb, xb, m[g], l[g], acc[g], lane, hd);
-        }
+        const float sa = warp_sum(da) * scale;
+        const float sb = warp_sum(db) * scale;
+        if (use_a) attn_take<HDL>(sa, xa, m, l, acc, lane, hd);
+        if (use_b) attn_take<HDL>(sb, xb, m, l, acc, lane, hd);
+    }
+    if (lane == 0) {
+        sm[w] = m;
+        sl[w] = l;
     }
 #pragma unroll
-    for (u32 g = 0; g < GM; ++g) {
-        if (g >= ng) break;
-        if (lane == 0) {
-            sm[g][w] = m[g];
-            sl[g][w] = l[g];
-        }
-#pragma unroll
-        for (u32 r = 0; r < HDL; ++r) so[g][w][lane + WARP * r] = acc[g][r];
-    }
+    for (u32 r = 0; r < HDL; ++r) so[w][lane + WARP * r] = acc[r];
     sync_block();
-    // Warp w merges heads w, w + ATTN_WARPS, ... of the block (no barriers follow).
-    for (u32 g = w; g < ng; g += ATTN_WARPS) {
-        float M = sm[g][0];
+    if (w != 0) return;  // no barriers follow
+    float M = sm[0];
 #pragma unroll
-        for (u32 i = 1; i < ATTN_WARPS; ++i) M = __builtin_fmaxf(M, sm[g][i]);
-        float L = 0.0f, f[ATTN_WARPS];
+    for (u32 i = 1; i < ATTN_WARPS; ++i) M = __builtin_fmaxf(M, sm[i]);
+    float L = 0.0f, f[ATTN_WARPS];
 #pragma unroll
-        for (u32 i = 0; i < ATTN_WARPS; ++i) {
-            f[i] = sl[g][i] > 0.0f ? ds_expf(sm[g][i] - M) : 0.0f;
-            L += sl[g][i] * f[i];
+    for (u32 i = 0; i < ATTN_WARPS; ++i) {
+        f[i] = sl[i] > 0.0f ? ds_expf(sm[i] - M) : 0.0f;
+        L += sl[i] * f[i];
+    }
+    const u64 head = (u64)t * nh + h;
+#pragma unroll
+    for (u32 r = 0; r < HDL; ++r) {
+        const u32 d = lane + WARP * r;
+        if (d >= hd) continue;
+        float o = 0.0f;
+#pragma unroll
+        for (u32 i = 0; i < ATTN_WARPS; ++i) o += so[i][d] * f[i];
+        if (nsplit == 1) {
+            out[head * hd + d] = o / L;
+        } else {
+            part_o[(head * nsplit + sp) * hd + d] = o;
         }
-        const u64 head = (u64)t * nh + h0 + g;
-#pragma unroll
-        for (u32 r = 0; r < HDL; ++r) {
-            const u32 d = lane + WARP * r;
-            if (d >= hd) continue;
-            float o = 0.0f;
-#pragma unroll
-            for (u32 i = 0; i < ATTN_WARPS; ++i) o += so[g][i][d] * f[i];
-            if (nsplit == 1) {
-                out[head * hd + d] = o / L;
-            } else {
-                part_o[(head * nsplit + sp) * hd + d] = o;
-            }
-        }
-        if (nsplit != 1 && lane == 0) {
-            part_ml[(head * nsplit + sp) * 2] = M;
-            part_ml[(head * nsplit + sp) * 2 + 1] = L;
-        }
+    }
+    if (nsplit != 1 && lane == 0) {
+        part_ml[(head * nsplit + sp) * 2] = M;
+        part_ml[(head * nsplit + sp) * 2 + 1] = L;
     }
 }
 
@@ -229,34 +189,14 @@ DEV void attn(const float* __restrict__ q, const float* __restrict__ kc, const f
                  float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit,     \
                  u32 cap, u32 causal, u32 window, const i32* mask, u32 T) {                          \
         grid_begin();                                                                                \
-        attn<HDL, 1>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, causal,  \
-                     window, mask, T);                                                               \
+        attn<HDL>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, causal,     \
+                  window, mask, T);                                                                  \
     }
 
 DS_ATTN(1)
 DS_ATTN(2)
 DS_ATTN(4)
 DS_ATTN(8)
-
-// The grouped kernels, NVIDIA only for now: on gfx1100 the 8-head, 256-dim form spills 27 VGPRs
-// (its 2 · 8 · 8 query and accumulator registers a lane). Mirrored by kernels::ptx_only.
-#if !defined(__AMDGPU__)
-// Most query heads per kv head that attn_gqa_hdN serves (mirrored by attention::GQA_MAX_GROUP).
-constexpr u32 ATTN_GQA_MAX = 8;
-#define DS_ATTN_GQA(HDL)                                                                             \
-    KERNEL(ATTN_THREADS)                                                                             \
-    attn_gqa_hd##HDL(const float* q, const float* kc, const float* vc, const i32* pos, float* out,    \
-                     float* part_o, float* part_ml, u32 nh, u32 nkv, u32 hd, float scale, u32 nsplit, \
-                     u32 cap, u32 causal, u32 window, const i32* mask, u32 T) {                      \
-        grid_begin();                                                                                \
-        attn<HDL, ATTN_GQA_MAX>(q, kc, vc, pos, out, part_o, part_ml, nh, nkv, hd, scale, nsplit, cap, \
-                                causal, window, mask, T);                                            \
-    }
-DS_ATTN_GQA(1)
-DS_ATTN_GQA(2)
-DS_ATTN_GQA(4)
-DS_ATTN_GQA(8)
-#endif
 
 // Non-causal attention of a block of queries (graph op AttentionNonCausal: drafter blocks of B
 // rows over the context and the block). attn_hdN above re-reads every K/V row once per (query,

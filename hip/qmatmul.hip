@@ -923,23 +923,4 @@ DS_FOR_EACH_QTYPE(DS_QGEMV_WIDE_TYPE)
     }
 #define DS_QGEMV_FUSED_WIDE_TYPE(name, Q) DS_QGEMV_FUSED_WIDE(name, Q, 8, 4)
 DS_FOR_EACH_QTYPE(DS_QGEMV_FUSED_WIDE_TYPE)
-
-// The next GEMV's first weight bytes pulled into L2 (`DELTASPEC_HIP_L2PF`, an experiment:
-// src/backend/hip/prefetch.rs): launched right after a 1-row GEMV, so under PDL its blocks start
-// during that GEMV's tail and DRAM streams up to two weight ranges while the small kernels up
-// to the next GEMV run (a DeltaNet layer's gated delta net and norm, an attention layer's
-// chain), which otherwise leave it idle. Each thread issues bulk prefetches of PF_PIECE bytes,
-// strided over the grid. Weights are never written, so the hints may precede the wait; the
-// wait itself (grid_begin) keeps the launch chain ordered. No value depends on it.
-constexpr u32 PF_PIECE = 16384;
-DEV void l2_prefetch_range(const u8* p, u64 bytes) {
-    const u64 t = (u64)bid_x() * QG_THREADS + tid_x(), stride = (u64)gdim_x() * QG_THREADS * PF_PIECE;
-    for (u64 o = t * PF_PIECE; o < bytes; o += stride)
-        bulk_prefetch_l2(p + o, (u32)(bytes - o < PF_PIECE ? bytes - o : PF_PIECE));
-}
-KERNEL(QG_THREADS) l2_prefetch(const u8* p0, u64 b0, const u8* p1, u64 b1) {
-    l2_prefetch_range(p0, b0);
-    l2_prefetch_range(p1, b1);
-    grid_begin();
-}
 #endif

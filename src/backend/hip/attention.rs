@@ -39,16 +39,6 @@ const NC_THREADS: u32 = 256;
 /// Fewest keys per split of `attn_nc_*`: fewer would mostly add partials for the combine.
 const NC_MIN_CHUNK: usize = 64;
 
-/// Most query heads per kv head that `attn_gqa_hd*` serves (`ATTN_GQA_MAX` in
-/// `hip/attention.hip`).
-pub(super) const GQA_MAX_GROUP: usize = 8;
-
-/// Whether the grouped-query kernel can serve `nh` query heads over `nkv` kv heads: 2 to
-/// [`GQA_MAX_GROUP`] query heads per kv head (one needs no grouping).
-fn gqa(nh: usize, nkv: usize) -> bool {
-    nkv > 0 && nh.is_multiple_of(nkv) && (2..=GQA_MAX_GROUP).contains(&(nh / nkv))
-}
-
 /// Whether no node reads `node`'s output and it is no graph output: the node then only writes
 /// its caches.
 fn output_unused(g: &Graph, node: &Node) -> bool {
@@ -268,19 +258,11 @@ pub(super) fn lower(
             // the context)
             let causal = if on_cache_grid(g, t) { 2 } else { 1 };
             args.extend([Arg::U32(causal), Arg::U32(0), Arg::P(mask), u(t)?]);
-            let grouped = gqa(nh, nkv)
-                && nsplit >= be.attn_gqa_min_splits
-                && be.drv.api() == super::driver::Api::Cuda;
-            let (name, blocks_y) = if grouped {
-                (format!("attn_gqa_hd{hdl}"), nkv)
-            } else {
-                (format!("attn_hd{hdl}"), nh)
-            };
             launch(
                 be,
                 "attention",
-                &name,
-                [nsplit as u32, grid_dim(blocks_y)?, grid_dim(t)?],
+                &format!("attn_hd{hdl}"),
+                [nsplit as u32, grid_dim(nh)?, grid_dim(t)?],
                 128,
                 &args,
             )?;

@@ -38,7 +38,6 @@
 
 use super::kernels::{self, weight_kernel};
 use super::lower::{self, Arg, Env, blocks, launch, u32_arg};
-use super::prefetch;
 use super::{HipBackend, NormQ8, QkPrepMode};
 use crate::backend::BackendError;
 use crate::backend::wgpu::fuse::{self, Fusion, Group, Limits, QkPrep};
@@ -48,7 +47,7 @@ pub(super) use fuse::extra_uses;
 
 /// The int8 GEMV of matmul node `i`: `(weight kernel suffix, n, k, m, row bytes)`, if node `i`
 /// is a matmul that takes that path on `be`.
-pub(super) fn int8_matmul(
+fn int8_matmul(
     be: &HipBackend,
     g: &Graph,
     i: usize,
@@ -249,10 +248,7 @@ pub(super) fn node(
     }
     match f.role.get(i).copied().flatten() {
         Some((_, false)) => return Ok(()),
-        Some((gi, true)) => {
-            group(be, env, &f.groups[gi], f.conv_of(gi))?;
-            return prefetch::after(be, env, f, i);
-        }
+        Some((gi, true)) => return group(be, env, &f.groups[gi], f.conv_of(gi)),
         None => {}
     }
     if let Some(s) = f.gate_of.get(i).copied().flatten() {
@@ -260,8 +256,7 @@ pub(super) fn node(
             int8_matmul(be, env.graph, i).expect("checked by the plan");
         let sm = &env.graph.nodes[s];
         let gate = Some((sm.inputs[0], sm.inputs[1]));
-        lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate)?;
-        return prefetch::after(be, env, f, i);
+        return lower::qgemv(be, env, node, suffix, n, k, m, row_bytes, gate);
     }
     if env.ex.q8_out.get(i) == Some(&true) {
         return match node.op {
@@ -269,8 +264,7 @@ pub(super) fn node(
             _ => lower::norm_q8(be, env, node),
         };
     }
-    lower::node(be, env, i, node)?;
-    prefetch::after(be, env, f, i)
+    lower::node(be, env, i, node)
 }
 
 /// Weight rows per warp of the fused wide kernels (`qgemv4_*_<nt>x<r>`, `qgemv_glu_*_<nt>x<r>`)

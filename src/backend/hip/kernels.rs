@@ -418,9 +418,7 @@ pub fn ptx_only(name: &str) -> bool {
                 .any(|u| name.ends_with(&format!("_1p{u}")))
             || Q1_STAGES.iter().any(|s| name.ends_with(&format!("_1t{s}")))
     };
-    name == "l2_prefetch"
-        || name.starts_with("attn_gqa_")
-        || name.starts_with("qmma")
+    name.starts_with("qmma")
         || name.starts_with("qmmp")
         || name.starts_with("qgemv") && q1(name)
         || name.starts_with("qgemv")
@@ -514,7 +512,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     }
     v.push(("qmatmul", "quantize_q8".into()));
     v.push(("qmatmul", "quantize_q8_gate".into()));
-    v.push(("qmatmul", "l2_prefetch".into()));
     for n in ["qmma_quantize", "qmma_quantize_gate", "qmma_relayout"] {
         v.push(("qmma", n.into()));
     }
@@ -607,7 +604,6 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     v.push(("attention", "kv_write".into()));
     for h in ATTN_HDL {
         v.push(("attention", format!("attn_hd{h}")));
-        v.push(("attention", format!("attn_gqa_hd{h}")));
         v.push(("attention", format!("attn_nc_hd{h}")));
     }
     v.push(("attention", "attn_combine".into()));

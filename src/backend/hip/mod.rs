@@ -20,7 +20,6 @@ mod graphs;
 pub mod kernels;
 mod layout;
 mod lower;
-mod prefetch;
 
 pub use graphs::GraphStats;
 
@@ -208,12 +207,6 @@ pub struct HipBackend {
     /// and the launch it saves overlaps its neighbours under PDL). `DELTASPEC_HIP_COMBINE_Q8=1`
     /// turns it on.
     combine_q8: bool,
-    /// Causal attention of at least this many key splits runs `attn_gqa_hd*` (one block per kv
-    /// head and split for all its query heads, each K/V row read once for them; the same bits
-    /// as `attn_hd*`) where a kv head has 2 to [`attention::GQA_MAX_GROUP`] query heads.
-    /// `DELTASPEC_HIP_ATTN_GQA=<splits>` (`1`: every launch); unset or `0`: never (not yet
-    /// timed on a GPU).
-    attn_gqa_min_splits: usize,
     /// The DeltaNet conv step folded into the 1-row qkv projection group's epilogue
     /// ([`fused`]); `DELTASPEC_HIP_CONV_FOLD=0` turns it off. H200, 27B IQ4_XS (docs/perf.md,
     /// session 14): `qgemv4_iq4_xs_1` 17.6 -> 18.1 µs for the 3.2 µs `conv_step` it saves;
@@ -316,9 +309,6 @@ pub struct HipBackend {
     /// rows), which fill less than a wave with the default tile (`DELTASPEC_HIP_Q1_SMALL`).
     q1_small: Option<kernels::Q1>,
     q1_small_m: usize,
-    /// Bytes of the next 1-row GEMV's weights pulled into L2 right after each 1-row GEMV
-    /// (`DELTASPEC_HIP_L2PF=<MiB>`, CUDA only; 0: off, the default). See [`prefetch`].
-    l2pf: u64,
     // Declared last: dropped after `Drop::drop` has freed every buffer through it.
     drv: Box<dyn Driver>,
 }
@@ -327,10 +317,12 @@ pub struct HipBackend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormQ8 {
     Off,
-    /// `GatedRmsNorm` only.
+    /// `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=gated`).
     Gated,
-    /// The gated norms, and the `AddRmsNorm`s of one row whose rows take the sliced block form
-    /// (`add_rms_norm_q8s`, [`lower::norm_slices`]): `DELTASPEC_HIP_NORM_Q8=slices`.
+    /// The default: the gated norms, and the `AddRmsNorm`s of one row whose rows take the sliced
+    /// block form (`add_rms_norm_q8s`, [`lower::norm_slices`]), which saves the projection's
+    /// `quantize_q8` launch. 27B 1-row step, H100 (docs/perf.md, session 43): 6.560 / 6.548 /
+    /// 6.562 ms against 6.672 / 6.679 / 6.853 with `gated`, interleaved.
     Slices,
     All,
 }
@@ -410,19 +402,14 @@ impl HipBackend {
             fusion: std::env::var("DELTASPEC_HIP_FUSION").map_or(true, |v| v != "0"),
             norm_q8: match std::env::var("DELTASPEC_HIP_NORM_Q8").as_deref() {
                 Ok("1") => NormQ8::All,
-                Ok("slices") => NormQ8::Slices,
+                Ok("gated") => NormQ8::Gated,
                 Ok("0") => NormQ8::Off,
-                _ => NormQ8::Gated,
+                _ => NormQ8::Slices,
             },
             norm_q8f: std::env::var("DELTASPEC_HIP_NORM_Q8F").map_or(true, |v| v != "0"),
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
             combine_q8: std::env::var("DELTASPEC_HIP_COMBINE_Q8").is_ok_and(|v| v == "1"),
-            attn_gqa_min_splits: std::env::var("DELTASPEC_HIP_ATTN_GQA")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-                .filter(|&n| n > 0)
-                .unwrap_or(usize::MAX),
             conv_fold: std::env::var("DELTASPEC_HIP_CONV_FOLD").map_or(true, |v| v != "0"),
             qk_prep: match std::env::var("DELTASPEC_HIP_QK_PREP").as_deref() {
                 Ok("keys") => QkPrepMode::KeysOnly,
@@ -491,11 +478,6 @@ impl HipBackend {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(12288),
-            l2pf: std::env::var("DELTASPEC_HIP_L2PF")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .filter(|_| drv.api() == Api::Cuda)
-                .map_or(0, |mib| mib << 20),
             // f32 activations: wider inputs take the tiled kernel.
             gemv_max_n: std::env::var("DELTASPEC_HIP_GEMV_MAX_N")
                 .ok()
@@ -572,9 +554,6 @@ impl HipBackend {
             b.target,
             if pdl { ", overlapped launches" } else { "" }
         );
-        if b.l2pf > 0 {
-            b.label += &format!(" [L2 prefetch {} MiB]", b.l2pf >> 20);
-        }
         if !b.drop.is_empty() {
             // Timing only: say so wherever the backend is named (bench lines, JSON).
             b.label += &format!(" [DROPPED {}: outputs invalid]", b.drop.join(","));
@@ -1039,12 +1018,6 @@ impl HipBackend {
     /// feeds (`attn_combine_q8g`), for runs afterwards; the same bits.
     pub fn set_combine_q8(&mut self, on: bool) {
         self.combine_q8 = on;
-    }
-
-    /// The fewest key splits at which causal attention runs the grouped-query kernel
-    /// (`attn_gqa_hd*`, the same bits); `None`: never. For graphs compiled afterwards.
-    pub fn set_attn_gqa(&mut self, min_splits: Option<usize>) {
-        self.attn_gqa_min_splits = min_splits.unwrap_or(usize::MAX);
     }
 
     /// Whether a 1-row projection group runs the conv step that reads its first output (see

@@ -90,13 +90,12 @@ const std::vector<Entry>& table() {
         DS_FOR_EACH_QTYPE(QM) Q1PIPE(iq4_xs) DS_FOR_EACH_FTYPE(QMMA) QMMA_T(iq4_xs) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(rms_norm_q8) K(add_rms_norm_q8) K(gated_rms_norm_q8) K(qk_prep)          //
-        K(add_rms_norm_q8s) K(l2_prefetch)                                          //
+        K(add_rms_norm_q8s)                                                         //
         K(rms_norm_q8f) K(add_rms_norm_q8f) K(gated_rms_norm_q8f)                  //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
         K(rope) K(conv_step) K(conv_tree) K(gdn_dk64) K(gdn_dk128) K(gdn_any)      //
         K(gdn_dk64_tree) K(gdn_dk128_tree) K(gdn_any_tree) K(gdn_dk64_log) K(gdn_dk128_log) K(gdn_any_log) //
         K(kv_write) K(attn_hd1) K(attn_hd2) K(attn_hd4) K(attn_hd8) K(attn_combine) K(attn_combine_q8g) //
-        K(attn_gqa_hd1) K(attn_gqa_hd2) K(attn_gqa_hd4) K(attn_gqa_hd8)               //
         K(attn_nc_hd1) K(attn_nc_hd2) K(attn_nc_hd4) K(attn_nc_hd8)                   //
         K(argmax_f32) K(top_k_f32) K(logsumexp_f32) K(dyn_conv) K(dyn_conv_q8) K(dyn_conv_q8f) K(selector_walk)};
     return t;
