@@ -235,7 +235,7 @@ DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict_
     norm_store4<TPR, NP, Q8>(nr, o, y, XQ, XD, XS, f);
 }
 
-// The sliced block form (add_rms_norm_q8s, DELTASPEC_HIP_NORM_Q8=slices): block (row, s) of a
+// The sliced block form (add_rms_norm_q8s[f], NormQ8::Slices, the default): block (row, s) of a
 // grid (rows, slices) loads and reduces the whole row exactly as add_rms_norm_q8's block form
 // (same loads, same order: the same r and outputs), but stores the sum, y and the int8
 // activations only for the chunks of slice s, [s·cs, (s + 1)·cs) with cs = nc / slices a
@@ -245,10 +245,13 @@ DEV void add_rms_norm_regs(const float* __restrict__ x, const float* __restrict_
 // separate quantize_q8 launch (~0.6 µs inside a 1-row step, session 41) goes. Each pass's
 // quantization is norm_store4's (q8_amax4, q8_quant4, the same shuffles) on the same values: the
 // same bits.
-template <u32 NP>
+// Q8 = 2 (add_rms_norm_q8sf, verify widths on the matrix-core tiles) also writes the
+// fragment-ordered copy f, as norm_store4 does.
+template <u32 NP, u32 Q8>
 DEV void add_rms_norm_slice(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
                             float* __restrict__ sum, float* __restrict__ y, i8* __restrict__ XQ,
-                            float* __restrict__ XD, float* __restrict__ XS, u32 slices, u32 D, float eps) {
+                            float* __restrict__ XD, float* __restrict__ XS, const Q8F& f, u32 slices, u32 D,
+                            float eps) {
     const NormRow nr = norm_row<NORM_THREADS>(D);
     f32x4 v[NP], wv[NP];
     add_norm_in<NP>(nr, x, res, w, v, wv);
@@ -267,13 +270,19 @@ DEV void add_rms_norm_slice(const float* __restrict__ x, const float* __restrict
         for (u32 m = 1; m < 8; m <<= 1) am = __builtin_fmaxf(am, shfl_xor(am, m));
         const float d = am / 127.0f;
         const f32x4 q = q8_quant4(o, d);
-        ((u32*)XQ)[c] = q8_pack4(q);
+        const u32 word = q8_pack4(q);
+        ((u32*)XQ)[c] = word;
+        if constexpr (Q8 == 2) q8f_word(f, c / 8, (u32)(c % 8), word);
         float qs = q8_sum4(q);
 #pragma unroll
         for (u32 m = 1; m < 8; m <<= 1) qs += shfl_xor(qs, m);
         if (lane_id() % 8 == 0) {
             XD[c / 8] = d;
             XS[c / 8] = d * qs;
+            if constexpr (Q8 == 2) {
+                const u64 i = q8f_slot(f, c / 8);
+                f.d[i] = d, f.s[i] = d * qs;
+            }
         }
     }
 }
@@ -434,18 +443,38 @@ add_rms_norm_q8f(const float* __restrict__ x, const float* __restrict__ res, con
     add_rms_norm_impl<2>(x, res, w, sum, y, XQ, XD, XS, f, D, eps);
 }
 
-// The sliced form above; the host launches it for block-form rows (NORM_WARP_MAX < D <=
-// NORM_BLOCK_MAX) with nc / slices a multiple of WARP chunks.
+// The sliced form above, on a grid (rows, slices); the host launches it for block-form rows
+// (NORM_WARP_MAX < D <= NORM_BLOCK_MAX) with nc / slices a multiple of WARP chunks.
+template <u32 Q8>
+DEV void add_rms_norm_sliced(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                             float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS,
+                             const Q8F& f, u32 slices, u32 D, float eps) {
+    const u32 np = (D / 4 + NORM_THREADS - 1) / NORM_THREADS;
+    if (np <= 1) add_rms_norm_slice<1, Q8>(x, res, w, sum, y, XQ, XD, XS, f, slices, D, eps);
+    else if (np <= 2) add_rms_norm_slice<2, Q8>(x, res, w, sum, y, XQ, XD, XS, f, slices, D, eps);
+    else if (np <= 3) add_rms_norm_slice<3, Q8>(x, res, w, sum, y, XQ, XD, XS, f, slices, D, eps);
+    else add_rms_norm_slice<4, Q8>(x, res, w, sum, y, XQ, XD, XS, f, slices, D, eps);
+}
 KERNEL(NORM_THREADS)
 add_rms_norm_q8s(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
                  float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, u32 slices, u32 D,
                  float eps) {
     grid_begin();
-    const u32 np = (D / 4 + NORM_THREADS - 1) / NORM_THREADS;
-    if (np <= 1) add_rms_norm_slice<1>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
-    else if (np <= 2) add_rms_norm_slice<2>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
-    else if (np <= 3) add_rms_norm_slice<3>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
-    else add_rms_norm_slice<4>(x, res, w, sum, y, XQ, XD, XS, slices, D, eps);
+    add_rms_norm_sliced<1>(x, res, w, sum, y, XQ, XD, XS, no_q8f(), slices, D, eps);
+}
+// With the fragment-ordered copy (norm row = the matmul's input row, so nb = D / 32): the grid's
+// rows past `rows` are the copy's padding rows, which slice 0 zeroes.
+KERNEL(NORM_THREADS)
+add_rms_norm_q8sf(const float* __restrict__ x, const float* __restrict__ res, const float* __restrict__ w,
+                  float* __restrict__ sum, float* __restrict__ y, i8* XQ, float* XD, float* XS, Q8F_PARAMS,
+                  u32 slices, u32 D, float eps) {
+    grid_begin();
+    const Q8F f{XQF, XDF, XSF, nb, rows};
+    if (bid_x() >= f.rows) {
+        if (bid_y() == 0) q8f_zero_row(f, D, NORM_THREADS);
+        return;
+    }
+    add_rms_norm_sliced<2>(x, res, w, sum, y, XQ, XD, XS, f, slices, D, eps);
 }
 
 KERNEL(NORM_THREADS) gated_rms_norm(const float* __restrict__ x, const float* __restrict__ z,

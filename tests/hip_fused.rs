@@ -902,6 +902,17 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         let Some(mut frag) = mma("norm_q8_frag", NormQ8::All, true) else {
             return;
         };
+        // The sliced add_rms_norm at every width here: on the dp4a kernels (plain int8 rows)
+        // and on the matrix cores, where it writes the fragment order too (add_rms_norm_q8sf).
+        let Some(mut sliced_rows) = gpu("norm_q8_slice_rows", true) else {
+            return;
+        };
+        sliced_rows.set_norm_q8(NormQ8::Slices);
+        sliced_rows.set_norm_slice_rows(16);
+        let Some(mut sliced_frag) = mma("norm_q8_slice_frag", NormQ8::Slices, true) else {
+            return;
+        };
+        sliced_frag.set_norm_slice_rows(16);
         let Some(mut relaid) = mma("norm_q8_relayout", NormQ8::All, false) else {
             return;
         };
@@ -909,6 +920,7 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
         let (c_frag, c_gated) = (frag.launch_counter(), gated.launch_counter());
         let c_relaid = relaid.launch_counter();
         let c_sliced = sliced.launch_counter();
+        let (c_srows, c_sfrag) = (sliced_rows.launch_counter(), sliced_frag.launch_counter());
         for (k, n) in ks.into_iter().flat_map(|k| [1, 3, 13, 16].map(|n| (k, n))) {
             let heads = k / 64;
             let mut rng = Rng::new(77 + n as u64 + k as u64);
@@ -965,7 +977,30 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
                 3 * 3 - 1 - u64::from(sliceable),
                 "{what}: sliced norm_q8 launches"
             );
+            let (a, l_srows) = run(&mut sliced_rows, &|| c_srows.get(), &g, &w, &inputs);
+            assert_same_bits(&format!("{what}: sliced rows vs unfused"), &a, &plain);
+            let block_form = k > 512 && k % 512 == 0;
+            assert_eq!(
+                l_srows,
+                3 * 3 - 1 - u64::from(block_form),
+                "{what}: sliced rows launches"
+            );
             if n >= 13 {
+                let (a, l_sfrag) = run(&mut sliced_frag, &|| c_sfrag.get(), &g, &w, &inputs);
+                assert_same_bits(
+                    &format!("{what}: sliced fragment order vs unfused"),
+                    &a,
+                    &plain,
+                );
+                if sliced_frag.matrix_cores() {
+                    // rms_norm + quantize + tile; add_rms_norm_q8sf (or the norm and its
+                    // quantize) + tile; gated_rms_norm_q8f + tile.
+                    assert_eq!(
+                        l_sfrag,
+                        3 * 3 - 1 - u64::from(block_form),
+                        "{what}: sliced fragment-order launches"
+                    );
+                }
                 let (a, l_frag) = run(&mut frag, &|| c_frag.get(), &g, &w, &inputs);
                 assert_same_bits(&format!("{what}: fragment order vs unfused"), &a, &plain);
                 let (b, l_relaid) = run(&mut relaid, &|| c_relaid.get(), &g, &w, &inputs);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Session 43, call B (carry/s43 = 3bf1a81 + the GDN column-split switch of d5ad341): the head's
-# 1-, 8- and 16-row steps with the sliced norm on by default; the 16-row step with the dk = 128
+# Session 43, call B (carry/s43): the head's 1-, 8- and 16-row steps with the sliced norm on by
+# default; the sliced add_rms_norm at verify widths (DELTASPEC_HIP_NORM_SLICE_ROWS=16: it writes
+# the matrix-core tiles' fragment order, so the qmma_quantize launch after each goes); the 16-row
+# step with the dk = 128
 # gated delta net's state columns over 8 lanes (DELTASPEC_HIP_GDN_SPLIT=8: 16 rows a lane, twice
 # the blocks) against the default, interleaved; ncu's stall reasons and per-instruction samples of
 # gdn_dk128 at 16 and 1 rows (where its ~1.2 µs a token goes); the DFlash2 chain; greedy tokens
@@ -19,12 +21,6 @@ r() { # tag rows env...
     env "$@" timeout -k 5 80 $B bench decode --model $W/m.gguf --backend hip:cuda -n 16 --rows $rows --bw-mib 64 \
         --warmup-ms 500 2>&1 | grep -E "decode:|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
 }
-r "1 row" 1 X=1
-r "16 rows" 16 X=1
-r "16 rows split8" 16 DELTASPEC_HIP_GDN_SPLIT=8
-r "8 rows" 8 X=1
-r "16 rows 2" 16 X=1
-r "16 rows split8 2" 16 DELTASPEC_HIP_GDN_SPLIT=8
 prof() { # tag kernel-regex rows env...
     local tag=$1 k=$2 rows=$3
     shift 3
@@ -36,7 +32,15 @@ prof() { # tag kernel-regex rows env...
     ncu -i /tmp/$tag.ncu-rep --page source --csv --print-source sass >$OUT/${tag}_sass.csv 2>&1
     ncu -i /tmp/$tag.ncu-rep --page details 2>&1 | grep -E "Duration|Registers|Warp Cycles|Issued Ipc|Achieved Occ|Theoretical Occ|Eligible|Active Warps|No Eligible|Stall|Shared|Bank" | sed "s/^/[$tag] /" | head -40
 }
+r "1 row" 1 X=1
+for i in 1 2; do
+    r "16 rows $i" 16 X=1
+    r "16 rows slice-rows $i" 16 DELTASPEC_HIP_NORM_SLICE_ROWS=16
+    r "16 rows split8 $i" 16 DELTASPEC_HIP_GDN_SPLIT=8
+done
 prof gdn16 "^gdn_dk128$" 16
+r "8 rows" 8 X=1
+r "8 rows slice-rows" 8 DELTASPEC_HIP_NORM_SLICE_ROWS=16
 prof gdn1 "^gdn_dk128$" 1
 left 90 && spec hip:cuda chain code
 for e in X=1 DELTASPEC_HIP_NORM_Q8=gated; do

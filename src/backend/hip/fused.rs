@@ -206,7 +206,7 @@ pub(super) fn q8_out(be: &HipBackend, g: &Graph) -> Vec<bool> {
             Op::AddRmsNorm { .. } if norms == NormQ8::All => nd.outputs[1],
             Op::AddRmsNorm { .. }
                 if norms == NormQ8::Slices
-                    && lower::norm_slices(g.tensor(nd.inputs[0])).is_some() =>
+                    && lower::norm_slices(g.tensor(nd.inputs[0]), be.norm_slice_rows).is_some() =>
             {
                 nd.outputs[1]
             }

@@ -579,6 +579,7 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
         "rms_norm_q8",
         "add_rms_norm_q8",
         "add_rms_norm_q8s",
+        "add_rms_norm_q8sf",
         "gated_rms_norm_q8",
         "rms_norm_q8f",
         "add_rms_norm_q8f",
@@ -594,7 +595,13 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     v.push(("rope", "rope".into()));
     v.push(("conv", "conv_step".into()));
     v.push(("conv", "conv_tree".into()));
-    for n in ["gdn_dk64", "gdn_dk128", "gdn_dk128s8", "gdn_dk128s16", "gdn_any"] {
+    for n in [
+        "gdn_dk64",
+        "gdn_dk128",
+        "gdn_dk128s8",
+        "gdn_dk128s16",
+        "gdn_any",
+    ] {
         v.push(("gdn", n.into()));
         v.push(("gdn", format!("{n}_tree")));
         v.push(("gdn", format!("{n}_log")));

@@ -1132,12 +1132,14 @@ fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
     ]
 }
 
-/// Slices of the sliced `add_rms_norm_q8s` for a norm over `x` (`NormQ8::Slices`): one row in
+/// Slices of the sliced `add_rms_norm_q8s[f]` for a norm over `x` (`NormQ8::Slices`): rows in
 /// the block form (`hip/norm.hip`: 512 < d ≤ 8192) cut into slices of 512 values (whole warps
-/// of chunks in every pass); `None` where that form does not apply.
-pub(super) fn norm_slices(x: &crate::graph::TensorDecl) -> Option<u32> {
+/// of chunks in every pass), at most `max_rows` of them; `None` where that form does not apply.
+pub(super) fn norm_slices(x: &crate::graph::TensorDecl, max_rows: usize) -> Option<u32> {
     let d = x.last_dim();
-    (x.numel() == d && d > 512 && d <= 8192 && d.is_multiple_of(512)).then_some((d / 512) as u32)
+    let rows = x.numel() / d.max(1);
+    (rows >= 1 && rows <= max_rows && d > 512 && d <= 8192 && d.is_multiple_of(512))
+        .then_some((d / 512) as u32)
 }
 
 /// A norm node with its `_q8` kernel (see [`super::fused::norm_q8`]): the normalised output is
@@ -1193,15 +1195,27 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
     };
     args.extend([Arg::P(xq), Arg::P(xd), Arg::P(xs)]);
     let slices = match node.op {
-        Op::AddRmsNorm { .. } if be.norm_q8 == super::NormQ8::Slices && fparts.is_none() => {
-            norm_slices(x)
+        Op::AddRmsNorm { .. } if be.norm_q8 == super::NormQ8::Slices => {
+            // With the fragment order, only where a norm row is the reader's input row.
+            norm_slices(x, be.norm_slice_rows).filter(|_| fparts.is_none_or(|(_, _, k)| k == d))
         }
         _ => None,
     };
     let (name, grid) = match (fparts, slices) {
-        (_, Some(s)) => {
+        (None, Some(s)) => {
             args.push(Arg::U32(s));
-            ("add_rms_norm_q8s".to_string(), [1, s, 1])
+            ("add_rms_norm_q8s".to_string(), [blocks(rows, 1), s, 1])
+        }
+        (Some(([fq, fd, fs], n, k)), Some(s)) => {
+            args.extend([fq, fd, fs].map(Arg::P));
+            args.extend([
+                u32_arg(be, &node.op, k / 32)?,
+                u32_arg(be, &node.op, rows as usize)?,
+                Arg::U32(s),
+            ]);
+            // The copy's rows: the input rows rounded up to 8 (the padding rows get zeros).
+            let grid = (n.div_ceil(8) * 8) as u64;
+            ("add_rms_norm_q8sf".to_string(), [blocks(grid, 1), s, 1])
         }
         (None, None) => (name.to_string(), [blocks(rows, 1), 1, 1]),
         (Some(([fq, fd, fs], n, k)), None) => {
@@ -1329,16 +1343,21 @@ mod tests {
     }
 
     #[test]
-    fn sliced_norms_take_one_block_form_row_in_whole_512_value_slices() {
+    fn sliced_norms_take_block_form_rows_in_whole_512_value_slices() {
         // The 27B hidden size: 10 slices; the widest block-form row: 16.
-        assert_eq!(norm_slices(&rows(&[1, 5120])), Some(10));
-        assert_eq!(norm_slices(&rows(&[5120])), Some(10));
-        assert_eq!(norm_slices(&rows(&[1, 8192])), Some(16));
-        assert_eq!(norm_slices(&rows(&[1, 1024])), Some(2));
-        // Several rows, the warp form (≤ 512), past the block form, or not whole slices.
-        assert_eq!(norm_slices(&rows(&[2, 5120])), None);
-        assert_eq!(norm_slices(&rows(&[1, 512])), None);
-        assert_eq!(norm_slices(&rows(&[1, 16384])), None);
-        assert_eq!(norm_slices(&rows(&[1, 1280])), None);
+        assert_eq!(norm_slices(&rows(&[1, 5120]), 1), Some(10));
+        assert_eq!(norm_slices(&rows(&[5120]), 1), Some(10));
+        assert_eq!(norm_slices(&rows(&[1, 8192]), 1), Some(16));
+        assert_eq!(norm_slices(&rows(&[1, 1024]), 1), Some(2));
+        // Verify widths where more rows are allowed.
+        assert_eq!(norm_slices(&rows(&[16, 5120]), 16), Some(10));
+        assert_eq!(norm_slices(&rows(&[3, 5120]), 16), Some(10));
+        assert_eq!(norm_slices(&rows(&[17, 5120]), 16), None);
+        // More rows than allowed, the warp form (≤ 512), past the block form, or not whole
+        // slices.
+        assert_eq!(norm_slices(&rows(&[2, 5120]), 1), None);
+        assert_eq!(norm_slices(&rows(&[1, 512]), 16), None);
+        assert_eq!(norm_slices(&rows(&[1, 16384]), 16), None);
+        assert_eq!(norm_slices(&rows(&[1, 1280]), 16), None);
     }
 }

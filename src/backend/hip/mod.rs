@@ -180,12 +180,18 @@ pub struct HipBackend {
     /// Fused int8 GEMV launches ([`fused`]); `DELTASPEC_HIP_FUSION=0` turns them off.
     fusion: bool,
     /// Norms that write int8 activations for the next matmul ([`fused::q8_out`]): gated norms
-    /// by default. 27B IQ4_XS decode on the H200, 3 interleaved rounds (docs/perf.md, session
-    /// 14): off 6.35 / 6.49 / 6.56 ms, gated 6.31 / 6.37 / 6.31, all 6.56 / 6.47 / 6.48 (the
-    /// 5120-wide `add_rms_norm_q8` takes 5.2 µs against 3.3 + 2.2 for the norm and its
-    /// `quantize_q8`: no step-level gain). `DELTASPEC_HIP_NORM_Q8=0` turns it off, `=1` on for
-    /// every norm.
+    /// and the sliced one-row `add_rms_norm`s by default ([`NormQ8::Slices`]). 27B IQ4_XS
+    /// decode on the H200, 3 interleaved rounds (docs/perf.md, session 14): off 6.35 / 6.49 /
+    /// 6.56 ms, gated 6.31 / 6.37 / 6.31, all 6.56 / 6.47 / 6.48 (the 5120-wide
+    /// `add_rms_norm_q8` takes 5.2 µs against 3.3 + 2.2 for the norm and its `quantize_q8`: no
+    /// step-level gain). `DELTASPEC_HIP_NORM_Q8=0` turns it off, `=1` on for every norm,
+    /// `=gated` for the gated norms alone.
     norm_q8: NormQ8,
+    /// Most rows of an `add_rms_norm` that takes the sliced form under [`NormQ8::Slices`]
+    /// (1 by default: measured at one row only). More rows (`DELTASPEC_HIP_NORM_SLICE_ROWS=16`)
+    /// take it at verify widths too, where on the matrix-core tiles it writes their fragment
+    /// order (`add_rms_norm_q8sf`), so each such norm's `qmma_quantize` launch goes.
+    norm_slice_rows: usize,
     /// Those norms, where the matmul they feed runs a matrix-core tile on fragment-ordered
     /// activations (verify and prompt widths), write that order too (`*_rms_norm_q8f`), so the
     /// `qmma_relayout` launch between norm and tile goes: one launch less a DeltaNet layer of a
@@ -409,6 +415,10 @@ impl HipBackend {
                 Ok("0") => NormQ8::Off,
                 _ => NormQ8::Slices,
             },
+            norm_slice_rows: std::env::var("DELTASPEC_HIP_NORM_SLICE_ROWS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
             norm_q8f: std::env::var("DELTASPEC_HIP_NORM_Q8F").map_or(true, |v| v != "0"),
             conv_q8: std::env::var("DELTASPEC_HIP_CONV_Q8").map_or(true, |v| v != "0"),
             split_out: std::env::var("DELTASPEC_HIP_SPLIT_OUT").map_or(true, |v| v != "0"),
@@ -993,6 +1003,11 @@ impl HipBackend {
     /// Norms that also write the int8 activations of the matmul they feed (needs fusion on).
     pub fn set_norm_q8(&mut self, which: NormQ8) {
         self.norm_q8 = which;
+    }
+
+    /// Most rows of a sliced `add_rms_norm` ([`NormQ8::Slices`]; 1 by default).
+    pub fn set_norm_slice_rows(&mut self, rows: usize) {
+        self.norm_slice_rows = rows;
     }
 
     /// Whether those norms write the fragment-ordered copy too where their matmul reads it
