@@ -421,8 +421,3 @@ DS_GDN(gdn_any, 0, 1)
 DS_GDN_LOG(gdn_dk64, 64, 2)
 DS_GDN_LOG(gdn_dk128, 128, 4)
 DS_GDN_LOG(gdn_any, 0, 1)
-// dk = 128 with a column's rows over 8 or 16 lanes, for the A/B of DELTASPEC_HIP_GDN_SPLIT.
-DS_GDN(gdn_dk128s8, 128, 8)
-DS_GDN(gdn_dk128s16, 128, 16)
-DS_GDN_LOG(gdn_dk128s8, 128, 8)
-DS_GDN_LOG(gdn_dk128s16, 128, 16)

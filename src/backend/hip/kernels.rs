@@ -595,16 +595,12 @@ pub fn kernel_names() -> Vec<(&'static str, String)> {
     v.push(("rope", "rope".into()));
     v.push(("conv", "conv_step".into()));
     v.push(("conv", "conv_tree".into()));
-    for n in [
-        "gdn_dk64",
-        "gdn_dk128",
-        "gdn_dk128s8",
-        "gdn_dk128s16",
-        "gdn_any",
-    ] {
+    for n in ["gdn_dk64", "gdn_dk128", "gdn_any"] {
         v.push(("gdn", n.into()));
         v.push(("gdn", format!("{n}_tree")));
-        v.push(("gdn", format!("{n}_log")));
+    }
+    for n in ["gdn_dk64_log", "gdn_dk128_log", "gdn_any_log"] {
+        v.push(("gdn", n.into()));
     }
     v.push(("attention", "kv_write".into()));
     for h in ATTN_HDL {

@@ -614,11 +614,9 @@ pub(super) fn node(
         | Op::GatedDeltaNetTree(p)
         | Op::GatedDeltaNetLog(p)
         | Op::GatedDeltaNetReplay { p, .. } => {
-            let (name, cols) = match (p.dk, be.gdn_split) {
-                (64, _) => ("gdn_dk64", 16),
-                (128, 8) => ("gdn_dk128s8", 4),
-                (128, 16) => ("gdn_dk128s16", 2),
-                (128, _) => ("gdn_dk128", 8),
+            let (name, cols) = match p.dk {
+                64 => ("gdn_dk64", 16),
+                128 => ("gdn_dk128", 8),
                 _ => ("gdn_any", 32),
             };
             // q, k, v, b, a, the gate weights, then `states` pointers from input 5 on.

@@ -228,9 +228,6 @@ pub struct HipBackend {
     /// Kernel launches so far (tests and profile mode count launches per run with it).
     /// Shared so a test can read it while a session holds the backend.
     launches: std::rc::Rc<std::cell::Cell<u64>>,
-    /// Lanes over which the dk = 128 gated delta net splits a state column (4 by default;
-    /// `DELTASPEC_HIP_GDN_SPLIT=8|16`).
-    gdn_split: u32,
     /// A timing diagnostic, never for results: launches whose kernel name contains one of
     /// these strings are left out (`DELTASPEC_HIP_DROP=rms_norm,quantize_q8`), so a bench run
     /// measures the step without them: what those kernels cost inside the overlapped,
@@ -435,11 +432,6 @@ impl HipBackend {
                 _ => &[16],
             },
             launches: Default::default(),
-            gdn_split: match std::env::var("DELTASPEC_HIP_GDN_SPLIT").as_deref() {
-                Ok("8") => 8,
-                Ok("16") => 16,
-                _ => 4,
-            },
             drop: std::env::var("DELTASPEC_HIP_DROP")
                 .map(|v| {
                     v.split(',')

@@ -95,8 +95,6 @@ const std::vector<Entry>& table() {
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
         K(rope) K(conv_step) K(conv_tree) K(gdn_dk64) K(gdn_dk128) K(gdn_any)      //
         K(gdn_dk64_tree) K(gdn_dk128_tree) K(gdn_any_tree) K(gdn_dk64_log) K(gdn_dk128_log) K(gdn_any_log) //
-        K(gdn_dk128s8) K(gdn_dk128s8_tree) K(gdn_dk128s8_log)                                              //
-        K(gdn_dk128s16) K(gdn_dk128s16_tree) K(gdn_dk128s16_log)                                           //
         K(kv_write) K(attn_hd1) K(attn_hd2) K(attn_hd4) K(attn_hd8) K(attn_combine) K(attn_combine_q8g) //
         K(attn_nc_hd1) K(attn_nc_hd2) K(attn_nc_hd4) K(attn_nc_hd8)                   //
         K(argmax_f32) K(top_k_f32) K(logsumexp_f32) K(dyn_conv) K(dyn_conv_q8) K(dyn_conv_q8f) K(selector_walk)};
