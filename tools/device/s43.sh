@@ -4,6 +4,8 @@
 # leave-one-out of the 1-row attention chain's kernels after round 1; greedy tokens with all three
 # switches on against the default last (must be equal).
 #   run(command="C=carry/s42g bash tools/device/s43.sh 2>&1 | tee $OUT/d.log", carry=["carry/s42g", ".gl"])
+# Ran once (docs/perf.md, session 43); L2PF and ATTN_GQA lost and are gone from the tree since, so
+# it only means something with carry/s42g's binary.
 set -u
 C=${C:-carry/s42g}
 source tools/device/env.sh
