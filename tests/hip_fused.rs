@@ -971,7 +971,8 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             // Slices: the gated norm, and the add_rms_norm of one row in the block form.
             let (a, l_sliced) = run(&mut sliced, &|| c_sliced.get(), &g, &w, &inputs);
             assert_same_bits(&format!("{what}: sliced norm_q8 vs unfused"), &a, &plain);
-            let sliceable = n == 1 && k > 512 && k % 512 == 0;
+            let block_form = k > 512 && k % 512 == 0;
+            let sliceable = n == 1 && block_form;
             assert_eq!(
                 l_sliced,
                 3 * 3 - 1 - u64::from(sliceable),
@@ -979,7 +980,6 @@ fn norms_feeding_int8_matmuls_quantize_their_own_output() {
             );
             let (a, l_srows) = run(&mut sliced_rows, &|| c_srows.get(), &g, &w, &inputs);
             assert_same_bits(&format!("{what}: sliced rows vs unfused"), &a, &plain);
-            let block_form = k > 512 && k % 512 == 0;
             assert_eq!(
                 l_srows,
                 3 * 3 - 1 - u64::from(block_form),

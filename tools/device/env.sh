@@ -39,14 +39,15 @@ b() {
         grep -E "decode:|roofline|bandwidth|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
 }
 st() { echo "== [$((SECONDS - t0)) s] $*"; }
-# dv tag depth env...: one 1-row hip `bench decode` of $W/m.gguf with the given environment
-# (X=1: none) after `depth` context rows, its summary line tagged; DV_N steps (default 32),
-# DV_WARM ms of warm-up (default 500); skipped with DV_SPARE (default 40) seconds or fewer left.
+# dv tag depth env...: one hip `bench decode` of $W/m.gguf with the given environment (X=1:
+# none) after `depth` context rows, its summary line tagged; DV_ROWS rows a step (default 1),
+# DV_N steps (default 32), DV_WARM ms of warm-up (default 500); skipped with DV_SPARE (default
+# 40) seconds or fewer left.
 dv() {
     local tag=$1 depth=$2
     shift 2
     left ${DV_SPARE:-40} || return
-    env "$@" timeout -k 5 90 $B bench decode --model $W/m.gguf --backend hip:cuda -n ${DV_N:-32} --bw-mib 64 \
+    env "$@" timeout -k 5 90 $B bench decode --model $W/m.gguf --backend hip:cuda -n ${DV_N:-32} --rows ${DV_ROWS:-1} --bw-mib 64 \
         -d $depth --ctx $((depth + 1024)) --warmup-ms ${DV_WARM:-500} 2>&1 | grep -E "decode:|rror|panick" |
         sed "s/^/[$((SECONDS - t0))s $tag] /"
 }

@@ -14,12 +14,11 @@ source tools/device/env.sh
 LIM=${LIM:-480}
 mk
 mk8
-r() { # tag rows env...
+export DV_N=16 DV_WARM=500
+r() { # tag rows env...: one step of `rows` rows (env.sh's dv)
     local tag=$1 rows=$2
     shift 2
-    left 40 || return
-    env "$@" timeout -k 5 80 $B bench decode --model $W/m.gguf --backend hip:cuda -n 16 --rows $rows --bw-mib 64 \
-        --warmup-ms 500 2>&1 | grep -E "decode:|rror|panick" | sed "s/^/[$((SECONDS - t0))s $tag] /"
+    DV_ROWS=$rows dv "$tag" 0 "$@"
 }
 prof() { # tag kernel-regex rows env...
     local tag=$1 k=$2 rows=$3

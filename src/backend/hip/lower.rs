@@ -1136,7 +1136,7 @@ fn q8_split(base: DevPtr, elems: usize) -> [DevPtr; 3] {
 pub(super) fn norm_slices(x: &crate::graph::TensorDecl, max_rows: usize) -> Option<u32> {
     let d = x.last_dim();
     let rows = x.numel() / d.max(1);
-    (rows >= 1 && rows <= max_rows && d > 512 && d <= 8192 && d.is_multiple_of(512))
+    ((1..=max_rows).contains(&rows) && d > 512 && d <= 8192 && d.is_multiple_of(512))
         .then_some((d / 512) as u32)
 }
 
@@ -1199,32 +1199,33 @@ pub(super) fn norm_q8(be: &HipBackend, env: &Env<'_>, node: &Node) -> Result<(),
         }
         _ => None,
     };
-    let (name, grid) = match (fparts, slices) {
-        (None, Some(s)) => {
-            args.push(Arg::U32(s));
-            ("add_rms_norm_q8s".to_string(), [blocks(rows, 1), s, 1])
-        }
-        (Some(([fq, fd, fs], n, k)), Some(s)) => {
-            args.extend([fq, fd, fs].map(Arg::P));
-            args.extend([
-                u32_arg(be, &node.op, k / 32)?,
-                u32_arg(be, &node.op, rows as usize)?,
-                Arg::U32(s),
-            ]);
-            // The copy's rows: the input rows rounded up to 8 (the padding rows get zeros).
-            let grid = (n.div_ceil(8) * 8) as u64;
-            ("add_rms_norm_q8sf".to_string(), [blocks(grid, 1), s, 1])
-        }
-        (None, None) => (name.to_string(), [blocks(rows, 1), 1, 1]),
-        (Some(([fq, fd, fs], n, k)), None) => {
+    let (name, grid) = match fparts {
+        None => match slices {
+            Some(s) => {
+                args.push(Arg::U32(s));
+                ("add_rms_norm_q8s".to_string(), [blocks(rows, 1), s, 1])
+            }
+            None => (name.to_string(), [blocks(rows, 1), 1, 1]),
+        },
+        Some(([fq, fd, fs], n, k)) => {
             args.extend([fq, fd, fs].map(Arg::P));
             args.extend([
                 u32_arg(be, &node.op, k / 32)?,
                 u32_arg(be, &node.op, rows as usize)?,
             ]);
-            // Norm rows per input row of the reader: the padding rows' norm blocks zero them.
-            let grid = (n.div_ceil(8) * 8 * (k / d)) as u64;
-            (format!("{name}f"), [blocks(grid, 1), 1, 1])
+            // Norm rows of the copy: the reader's input rows rounded up to 8, times the norm
+            // rows per input row; the padding rows' blocks zero them.
+            let copy_rows = (n.div_ceil(8) * 8 * (k / d)) as u64;
+            match slices {
+                Some(s) => {
+                    args.push(Arg::U32(s));
+                    (
+                        "add_rms_norm_q8sf".to_string(),
+                        [blocks(copy_rows, 1), s, 1],
+                    )
+                }
+                None => (format!("{name}f"), [blocks(copy_rows, 1), 1, 1]),
+            }
         }
     };
     args.extend([u32_arg(be, &node.op, d)?, Arg::F32(eps)]);

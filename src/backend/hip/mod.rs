@@ -325,9 +325,9 @@ pub enum NormQ8 {
     Off,
     /// `GatedRmsNorm` only (`DELTASPEC_HIP_NORM_Q8=gated`).
     Gated,
-    /// The default: the gated norms, and the `AddRmsNorm`s of one row whose rows take the sliced
-    /// block form (`add_rms_norm_q8s`, [`lower::norm_slices`]), which saves the projection's
-    /// `quantize_q8` launch. 27B 1-row step, H100 (docs/perf.md, session 43): 6.560 / 6.548 /
+    /// The default: the gated norms, and the `AddRmsNorm`s of at most `norm_slice_rows` rows
+    /// (one by default) whose rows take the sliced block form (`add_rms_norm_q8s[f]`,
+    /// [`lower::norm_slices`]), which saves the projection's quantize launch. 27B 1-row step, H100 (docs/perf.md, session 43): 6.560 / 6.548 /
     /// 6.562 ms against 6.672 / 6.679 / 6.853 with `gated`, interleaved.
     Slices,
     All,

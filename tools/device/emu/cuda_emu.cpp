@@ -90,7 +90,7 @@ const std::vector<Entry>& table() {
         DS_FOR_EACH_QTYPE(QM) Q1PIPE(iq4_xs) DS_FOR_EACH_FTYPE(QMMA) QMMA_T(iq4_xs) K(quantize_q8) K(quantize_q8_gate) K(qmma_quantize) K(qmma_quantize_gate) K(qmma_relayout)                                     //
         K(rms_norm) K(add_rms_norm) K(gated_rms_norm) K(l2_norm)                   //
         K(rms_norm_q8) K(add_rms_norm_q8) K(gated_rms_norm_q8) K(qk_prep)          //
-        K(add_rms_norm_q8s) K(add_rms_norm_q8sf)                                                       //
+        K(add_rms_norm_q8s) K(add_rms_norm_q8sf)                                    //
         K(rms_norm_q8f) K(add_rms_norm_q8f) K(gated_rms_norm_q8f)                  //
         K(add_f32) K(sigmoid_mul) K(swiglu) K(slice_last) K(fill_f32)              //
         K(rope) K(conv_step) K(conv_tree) K(gdn_dk64) K(gdn_dk128) K(gdn_any)      //
