@@ -11,11 +11,11 @@
 // columns in registers (one state read and one write per call); the generic variant (any dk up
 // to 512, COLS = 32) works in global memory.
 //
-// The register variants issue every load a token needs (q, k, v, b, a) at once, and the next
-// token's while the current one computes, so a token costs no memory round trip after the
-// first. (Loading q and k in a dk-strided loop, then v, b and a after the barrier, cost about
-// five dependent round trips per token: 8.7 µs per decode call on the H200.) Their arithmetic
-// is the generic variant's, in the same order.
+// The register variants issue every load of a chunk of tokens (q, k, v, b, a) at once and
+// prepare the chunk before its recurrence (gdn_regs), so a token costs no memory round trip.
+// (Loading q and k in a dk-strided loop, then v, b and a after the barrier, cost about five
+// dependent round trips per token: 8.7 µs per decode call on the H200.) Their arithmetic is the
+// tree kernels', in the same order.
 //
 // LOG (graph op GatedDeltaNetLog; other head sizes up to 128 in gdn_log_any): the step over a chain of verify rows
 // that leaves the state alone and writes row t's inputs [q | k | v | b | a] to log[t] (row width
@@ -61,34 +61,77 @@ DEV void gdn_load_qk(const float* __restrict__ qkv, u32 t, u32 kh, const GdnArgs
     sync_block();
 }
 
-// One token's inputs for this lane of the register variants: q and k values i = lane + 32 m of
-// key head kh, v of column j (0 for inactive columns), b and a of head h.
-template <u32 DK>
-struct GdnTok {
-    float q[DK / WARP], k[DK / WARP], v, b, a;
-};
+// Tokens whose inputs the register variants prepare together (see gdn_regs).
+constexpr u32 GDN_CHUNK = 16;
 
-template <u32 DK>
-DEV GdnTok<DK> gdn_tok(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a, u32 t,
-                       u32 h, u32 kh, u32 j, bool active, const GdnArgs& p) {
-    const u32 key_dim = p.nk * DK;
-    const float* q = qkv + (u64)t * p.qs + (u64)kh * DK;
-    GdnTok<DK> x;
+// The register variants' preparation of tokens t .. t + U - 1 (rows c .. c + U - 1 of the
+// chunk): q and k L2-normalised (per lane in increasing i, then over the warp: the generic
+// order), q scaled by dk^-0.5, into the padded shared rows qn[c], kn[c] (see gdn_regs).
+// LOG: the raw q and k go to the log rows too, from one block per key head.
+template <u32 DK, u32 R, u32 RP, u32 U, bool LOG>
+DEV void gdn_prep_qk(const float* __restrict__ qkv, u32 t, u32 c, u32 kh, bool logs_qk, float* __restrict__ log,
+                     const GdnArgs& p, float (*qn)[DK / R * RP], float (*kn)[DK / R * RP]) {
+    constexpr u32 M = DK / WARP;
+    const u32 lane = lane_id(), key_dim = p.nk * DK;
+    float xq[U][M], xk[U][M];
 #pragma unroll
-    for (u32 m = 0; m < DK / WARP; ++m) {
-        x.q[m] = q[lane_id() + m * WARP];
-        x.k[m] = q[key_dim + lane_id() + m * WARP];
+    for (u32 u = 0; u < U; ++u) {
+        const float* q = qkv + (u64)(t + u) * p.qs + (u64)kh * DK;
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            xq[u][m] = q[lane + m * WARP];
+            xk[u][m] = q[key_dim + lane + m * WARP];
+        }
     }
-    x.v = active ? qkv[(u64)t * p.qs + 2 * key_dim + (u64)h * p.dv + j] : 0.0f;
-    x.b = b[(u64)t * p.bs + h];
-    x.a = a[(u64)t * p.bs + h];
-    return x;
+#pragma unroll
+    for (u32 u = 0; u < U; ++u) {
+        if constexpr (LOG) {
+            if (logs_qk) {
+                float* row = log + (u64)(t + u) * (2 * key_dim + p.nv * p.dv + 2 * p.nv);
+#pragma unroll
+                for (u32 m = 0; m < M; ++m) {
+                    row[kh * DK + lane + m * WARP] = xq[u][m];
+                    row[key_dim + kh * DK + lane + m * WARP] = xk[u][m];
+                }
+            }
+        }
+        float sq = 0.0f, sk = 0.0f;
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            sq += xq[u][m] * xq[u][m];
+            sk += xk[u][m] * xk[u][m];
+        }
+#pragma unroll
+        for (u32 m = 16; m > 0; m >>= 1) {
+            sq += shfl_xor(sq, m);
+            sk += shfl_xor(sk, m);
+        }
+        const float rq = 1.0f / ds_sqrt(sq + p.l2_eps), rk = 1.0f / ds_sqrt(sk + p.l2_eps);
+#pragma unroll
+        for (u32 m = 0; m < M; ++m) {
+            const u32 i = lane + m * WARP, ip = i + (i / R) * (RP - R);
+            qn[c + u][ip] = (xq[u][m] * rq) * p.q_scale;
+            kn[c + u][ip] = xk[u][m] * rk;
+        }
+    }
 }
 
 // The register variants' step (the tree kernels run gdn below, whose per-row state stores
 // leave no registers for a prefetch on AMD): the state rows of a column are split over SPLIT lanes (R = DK / SPLIT
 // rows each, in registers); lane = part * COLS + column, so the parts of a column are COLS lanes
 // apart and their partial sums combine with xor shuffles.
+//
+// Tokens go in chunks of GDN_CHUNK. A chunk's prologue does everything that does not depend on
+// the state, for all its tokens at once: the loads, the q and k L2 norms (one token after
+// another, but with no dependence between tokens, so their loads and shuffles overlap), the gates
+// (lane t takes token t) and v, into shared memory. The recurrence then runs token by token with
+// no barrier, load or gate in its path: per token the two R-long dot products and their
+// shuffles. (Preparing each token inside the recurrence cost ~1.2 µs a token at 16 rows on the
+// H100: ~660 instructions, the f64 softplus among them, issued by ~1.5 warps a scheduler.)
+// Every value is computed as before, in the same order as the tree kernels (gdn below), so a
+// call over T rows gives the bits of T one-row calls (hip_ops: rows at once equal one-row calls).
+// Shared rows are padded by 4 floats after each part's R rows, so the SPLIT parts' 16-byte
+// reads of one row index fall in distinct banks.
 // LOG: the state is only read, and every token's inputs go to `log` (see the top).
 template <u32 DK, u32 SPLIT, bool LOG>
 DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
@@ -96,11 +139,13 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
                   float* __restrict__ out, float* __restrict__ log, const GdnArgs& p) {
     constexpr u32 COLS = WARP / SPLIT;
     constexpr u32 R = DK / SPLIT;
-    constexpr u32 M = DK / WARP;
-    // Two buffers: token t writes qn[t % 2] while a lane may still read token t - 1's; the one
-    // barrier per token orders both.
-    __shared__ float qn[2][DK];
-    __shared__ float kn[2][DK];
+    constexpr u32 RP = R + 4;       // one part's padded rows
+    constexpr u32 DKP = SPLIT * RP; // one token's padded q or k
+    static_assert(GDN_CHUNK <= WARP, "one lane per token computes the gates");
+    __shared__ float qn[GDN_CHUNK][DKP];
+    __shared__ float kn[GDN_CHUNK][DKP];
+    __shared__ float vs[GDN_CHUNK][COLS];
+    __shared__ float betas[GDN_CHUNK], decays[GDN_CHUNK];
     const u32 h = bid_x();
     const u32 lane = lane_id();
     const u32 part = lane / COLS;
@@ -110,76 +155,69 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     const u64 col = (u64)h * DK * p.dv + j;
     float* S = state + col;                  // column j: S[i * dv]
     const u32 i0 = part * R;                 // first state row of this lane
-    const float sa = ssm_a[h], dtb = dt_bias[h];
+    const u32 key_dim = p.nk * DK;
+    [[maybe_unused]] const u32 conv_dim = 2 * key_dim + p.nv * p.dv;
     // LOG: q and k of key head kh are written by one block, its first value head's column 0.
-    [[maybe_unused]] const u32 key_dim = p.nk * DK, conv_dim = 2 * key_dim + p.nv * p.dv;
     [[maybe_unused]] const bool logs_qk = bid_y() == 0 && h == (p.tiled ? kh : kh * (p.nv / p.nk));
     float s[R];
 #pragma unroll
     for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
-    // Token t + 1's inputs load while token t computes.
-    GdnTok<DK> cur = gdn_tok<DK>(qkv, b, a, 0, h, kh, j, active, p);
-    for (u32 t = 0; t < p.T; ++t) {
-        const GdnTok<DK> x = cur;
-        if (t + 1 < p.T) cur = gdn_tok<DK>(qkv, b, a, t + 1, h, kh, j, active, p);
-        if constexpr (LOG) {
-            float* row = log + (u64)t * (conv_dim + 2 * p.nv);
-            if (logs_qk) {
-#pragma unroll
-                for (u32 m = 0; m < DK / WARP; ++m) {
-                    row[kh * DK + lane + m * WARP] = x.q[m];
-                    row[key_dim + kh * DK + lane + m * WARP] = x.k[m];
+    for (u32 t0 = 0; t0 < p.T; t0 += GDN_CHUNK) {
+        const u32 n = p.T - t0 < GDN_CHUNK ? p.T - t0 : GDN_CHUNK;
+        // q, k of U tokens at a time, so their loads and shuffles overlap.
+        u32 c = 0;
+#pragma unroll 1
+        for (; c + 4 <= n; c += 4) gdn_prep_qk<DK, R, RP, 4, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
+#pragma unroll 1
+        for (; c < n; ++c) gdn_prep_qk<DK, R, RP, 1, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
+        // v of this block's columns, and the gates: lane c takes token c.
+        for (u32 e = lane; e < n * COLS; e += WARP) {
+            const u32 r = e / COLS, jj = bid_y() * COLS + e % COLS;
+            const float v = jj < p.dv ? qkv[(u64)(t0 + r) * p.qs + 2 * key_dim + (u64)h * p.dv + jj] : 0.0f;
+            vs[r][e % COLS] = v;
+            if constexpr (LOG) {
+                if (jj < p.dv) log[(u64)(t0 + r) * (conv_dim + 2 * p.nv) + 2 * key_dim + h * p.dv + jj] = v;
+            }
+        }
+        if (lane < n) {
+            const u64 bi = (u64)(t0 + lane) * p.bs + h;
+            const float braw = b[bi], araw = a[bi];
+            betas[lane] = ds_sigmoid(braw);
+            decays[lane] = ds_expf(ssm_a[h] * ds_softplus(araw + dt_bias[h]));
+            if constexpr (LOG) {
+                if (bid_y() == 0) {
+                    float* row = log + (u64)(t0 + lane) * (conv_dim + 2 * p.nv);
+                    row[conv_dim + h] = braw;
+                    row[conv_dim + p.nv + h] = araw;
                 }
             }
-            if (active && part == 0) row[2 * key_dim + h * p.dv + j] = x.v;
-            if (bid_y() == 0 && lane == 0) {
-                row[conv_dim + h] = x.b;
-                row[conv_dim + p.nv + h] = x.a;
-            }
         }
-        // q, k L2 norms: per lane in increasing i, then over the warp (the generic order).
-        float sq = 0.0f, sk = 0.0f;
-#pragma unroll
-        for (u32 m = 0; m < M; ++m) {
-            sq += x.q[m] * x.q[m];
-            sk += x.k[m] * x.k[m];
-        }
-#pragma unroll
-        for (u32 m = 16; m > 0; m >>= 1) {
-            sq += shfl_xor(sq, m);
-            sk += shfl_xor(sk, m);
-        }
-        const float rq = 1.0f / ds_sqrt(sq + p.l2_eps), rk = 1.0f / ds_sqrt(sk + p.l2_eps);
-        float* qb = qn[t % 2];
-        float* kb = kn[t % 2];
-#pragma unroll
-        for (u32 m = 0; m < M; ++m) {
-            qb[lane + m * WARP] = (x.q[m] * rq) * p.q_scale;
-            kb[lane + m * WARP] = x.k[m] * rk;
-        }
-        const float beta = ds_sigmoid(x.b);
-        const float g = sa * ds_softplus(x.a + dtb);
-        const float decay = ds_expf(g);
         sync_block();
-        // All lanes run the shuffles; inactive columns hold zeros.
-        float kv = 0.0f;
+        for (c = 0; c < n; ++c) {
+            const float* kb = &kn[c][part * RP];
+            const float* qb = &qn[c][part * RP];
+            const float decay = decays[c];
+            // All lanes run the shuffles; inactive columns hold zeros.
+            float kv = 0.0f;
 #pragma unroll
-        for (u32 i = 0; i < R; ++i) {
-            s[i] *= decay;
-            kv += s[i] * kb[i0 + i];
+            for (u32 i = 0; i < R; ++i) {
+                s[i] *= decay;
+                kv += s[i] * kb[i];
+            }
+#pragma unroll
+            for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
+            const float d = (vs[c][lane % COLS] - kv) * betas[c];
+            float o = 0.0f;
+#pragma unroll
+            for (u32 i = 0; i < R; ++i) {
+                s[i] += kb[i] * d;
+                o += s[i] * qb[i];
+            }
+#pragma unroll
+            for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
+            if (active && part == 0) out[((u64)(t0 + c) * p.nv + h) * p.dv + j] = o;
         }
-#pragma unroll
-        for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
-        const float d = (x.v - kv) * beta;
-        float o = 0.0f;
-#pragma unroll
-        for (u32 i = 0; i < R; ++i) {
-            s[i] += kb[i0 + i] * d;
-            o += s[i] * qb[i0 + i];
-        }
-#pragma unroll
-        for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
-        if (active && part == 0) out[((u64)t * p.nv + h) * p.dv + j] = o;
+        sync_block();  // the next chunk's prologue rewrites the shared rows
     }
     if (active && !LOG) {
 #pragma unroll

@@ -820,7 +820,8 @@ fn gated_delta_net_register_and_generic_paths() {
             ) else {
                 return;
             };
-            for t in [6, 1, 1, 3] {
+            // 16 and 37 rows: one full chunk of the register variants, and two and a part.
+            for t in [6, 1, 1, 3, 16, 37] {
                 let inputs = [
                     ("qkv", HostData::F32(rng.vec_normal(t * p.conv_dim(), 1.0))),
                     ("b", HostData::F32(rng.vec_normal(t * p.nv, 2.0))),
@@ -835,6 +836,74 @@ fn gated_delta_net_register_and_generic_paths() {
                 );
             }
         }
+    }
+}
+
+/// Decode (one row a call) and verify (many rows a call) must agree bit for bit, or greedy
+/// speculation would not be lossless: the gated delta net over 37 rows at once (the register
+/// variants' chunks of 16: two and a part) equals 37 one-row calls, outputs and state.
+#[test]
+fn gated_delta_net_rows_at_once_equal_one_row_calls() {
+    const T: usize = 37;
+    for (dk, dv) in [(64, 40), (128, 128), (128, 40)] {
+        let p = GdnParams {
+            nk: 2,
+            nv: 4,
+            dk,
+            dv,
+            head_map: HeadMap::Grouped,
+            l2_eps: 1e-6,
+        };
+        let mut rng = Rng::new((dk * 7 + dv) as u64);
+        let ssm_a: Vec<f32> = (0..p.nv).map(|_| -rng.range(0.01, 16.0)).collect();
+        let w = store(vec![
+            ("ssm_a", HostTensor::from_f32(&[p.nv], &ssm_a)),
+            (
+                "dt_bias",
+                HostTensor::from_bytes(
+                    DType::F16,
+                    &[p.nv],
+                    quant::quantize(DType::F16, &vec![1.0; p.nv]).unwrap(),
+                ),
+            ),
+        ]);
+        let Some(mut pair) = Pair::new(
+            "gated_delta_net_rows",
+            &w,
+            &[StateDecl::new("S", &[p.nv, p.dk, p.dv])],
+        ) else {
+            return;
+        };
+        let s0 = rng.vec_normal(p.nv * p.dk * p.dv, 0.1);
+        let (qkv, b, a) = (
+            rng.vec_normal(T * p.conv_dim(), 1.0),
+            rng.vec_normal(T * p.nv, 2.0),
+            rng.vec_normal(T * p.nv, 2.0),
+        );
+        let run = |g: &mut Side, t0: usize, n: usize| {
+            let rows = |v: &[f32], w: usize| HostData::F32(v[t0 * w..(t0 + n) * w].to_vec());
+            let inputs = [
+                ("qkv", rows(&qkv, p.conv_dim())),
+                ("b", rows(&b, p.nv)),
+                ("a", rows(&a, p.nv)),
+            ];
+            let e = g.be.compile(&gdn_graph(p, n)).expect("compile");
+            let o = g.be.run(e, g.w, g.s, &inputs).expect("run");
+            o[0].1.to_f32().unwrap()
+        };
+        let g = &mut pair.gpu;
+        g.be.write_state(g.s, "S", &s0).unwrap();
+        let all = run(g, 0, T);
+        let all_state = g.be.read_state(g.s, "S").unwrap();
+        g.be.write_state(g.s, "S", &s0).unwrap();
+        let mut one = Vec::new();
+        for t in 0..T {
+            one.extend(run(g, t, 1));
+        }
+        let one_state = g.be.read_state(g.s, "S").unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&all), bits(&one), "dk {dk} dv {dv}: outputs");
+        assert_eq!(bits(&all_state), bits(&one_state), "dk {dk} dv {dv}: state");
     }
 }
 
