@@ -193,10 +193,11 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
             }
         }
         sync_block();
-        for (c = 0; c < n; ++c) {
-            const float* kb = &kn[c][part * RP];
-            const float* qb = &qn[c][part * RP];
-            const float decay = decays[c];
+        // One token of the recurrence; its output o.
+        auto token = [&](u32 r) {
+            const float* kb = &kn[r][part * RP];
+            const float* qb = &qn[r][part * RP];
+            const float decay = decays[r];
             // All lanes run the shuffles; inactive columns hold zeros.
             float kv = 0.0f;
 #pragma unroll
@@ -206,7 +207,7 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
             }
 #pragma unroll
             for (u32 m = COLS; m < WARP; m <<= 1) kv += shfl_xor(kv, m);
-            const float d = (vs[c][lane % COLS] - kv) * betas[c];
+            const float d = (vs[r][lane % COLS] - kv) * betas[r];
             float o = 0.0f;
 #pragma unroll
             for (u32 i = 0; i < R; ++i) {
@@ -215,7 +216,23 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
             }
 #pragma unroll
             for (u32 m = COLS; m < WARP; m <<= 1) o += shfl_xor(o, m);
-            if (active && part == 0) out[((u64)(t0 + c) * p.nv + h) * p.dv + j] = o;
+            return o;
+        };
+        float* o_at = out + ((u64)t0 * p.nv + h) * p.dv + j;  // row r: o_at[r * nv * dv]
+        const bool writes = active && part == 0;
+        // Two tokens an iteration: token r's o sum and token r + 1's kv sum are independent
+        // chains of adds, which the compiler interleaves only within one iteration.
+#pragma unroll 1
+        for (c = 0; c + 2 <= n; c += 2) {
+            const float o0 = token(c), o1 = token(c + 1);
+            if (writes) {
+                o_at[(u64)c * p.nv * p.dv] = o0;
+                o_at[(u64)(c + 1) * p.nv * p.dv] = o1;
+            }
+        }
+        if (c < n) {
+            const float o0 = token(c);
+            if (writes) o_at[(u64)c * p.nv * p.dv] = o0;
         }
         sync_block();  // the next chunk's prologue rewrites the shared rows
     }
