@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 44 (docs/perf.md): the chunked gated delta net (639fc52 + the two-token recurrence)
-# against the head before it (966e0c9, carried as $C/ds0.xz), interleaved in one call:
+# against the head before it (966e0c9's deltaspec, carried as ds0 in $C/bins.tar.xz beside
+# deltaspec, hip_ops and tree_ops), interleaved in one call:
 # - 1-, 16- and 8-row steps of the 27B IQ4_XS synth, each build alternately; the 16-row step
 #   also with the sliced norm at verify widths (DELTASPEC_HIP_NORM_SLICE_ROWS=16, untimed so far);
 # - ncu's duration of gdn_dk128 at 16 and 1 rows in the 8-layer cut, both builds;
@@ -15,8 +16,7 @@ C=${C:-carry/s44}
 source tools/device/env.sh
 LIM=${LIM:-570}
 B1=$B
-B0=/tmp/ds0
-xz -dc $C/ds0.xz >$B0 && chmod +x $B0
+B0=$C/ds0
 h200=0
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
 ((h200)) && [ -f llcpp/llama.cpp.tar.xz ] && llama_bg $OUT/llama.log
