@@ -8,12 +8,18 @@
 // over SPLIT consecutive lanes ("parts"); part p keeps rows i = r·SPLIT + p (r < R = DK/SPLIT)
 // in registers, so the state is read once and written once per call, and a warp's load of one
 // r touches SPLIT rows × (its columns) contiguous runs. Rows interleave by part so the lanes of
-// a column read distinct workgroup-memory banks. Per token the raw q, k of key head kh are
-// staged in workgroup memory; every lane sums the squares, k·S and q·S over its rows and the
-// SPLIT lanes of a column combine them with xor shuffles (SG: needs subgroups of at least
-// SPLIT lanes, which the lowering checks) or through workgroup memory. The butterfly gives every
-// lane of a column the same bits (float addition commutes), so all columns use identical norms
-// and a token's results do not depend on T or on where it sits in the call.
+// a column read distinct workgroup-memory banks. Every lane sums the squares, k·S and q·S over
+// its rows and the SPLIT lanes of a column combine them with xor shuffles (SG: needs subgroups
+// of at least SPLIT lanes, which the lowering checks) or through workgroup memory. The butterfly
+// gives every lane of a column the same bits (float addition commutes).
+//
+// Tokens go in chunks of CH (≤ COLS). A chunk first stages what does not depend on the state:
+// the raw q, k and v in workgroup memory, the gates (invocation c takes token c) and the q, k
+// norms (column c's lanes take token c, each part summing its rows as above); then the
+// recurrence runs token by token with no global load, gate or norm on its path. (Staging and
+// normalising per token put two barriers and the gates' exp/log on every token's path.) A
+// token's values are computed the same way wherever it sits, so its results do not depend on T
+// or on its place in the call.
 //
 // TREE (graph op GatedDeltaNetTree): row t starts from its parent's state (kept in registers
 // when the parent is row t − 1, else reloaded from Tok[parent] or, for parent < 0, from S) and
@@ -25,7 +31,7 @@
 // with the log bound as QKV, B and A: params 8-11 give the row strides and the offsets of b, a.
 //
 // Constants: DK (= dk), COLS, SPLIT (power of two dividing DK), R = DK / SPLIT,
-// WG = COLS·SPLIT. Params: 0 T, 1 nk, 2 nv, 3 dk, 4 dv, 5 head map (0 tiled, 1 grouped),
+// WG = COLS·SPLIT, CH (tokens a chunk, ≤ COLS). Params: 0 T, 1 nk, 2 nv, 3 dk, 4 dv, 5 head map (0 tiled, 1 grouped),
 // 6 l2 eps (f32), 7 q scale (f32), 8 qkv row stride, 9 b/a row stride, 10 b offset, 11 a offset.
 
 @group(0) @binding(1) var<storage, read> QKV: array<f32>;
@@ -52,8 +58,13 @@
 //#dequant SA
 //#dequant DT
 
-var<workgroup> qs: array<f32, DK>;
-var<workgroup> ks: array<f32, DK>;
+// A chunk's raw q and k (token c at c·DK), its norms (1/‖q‖, 1/‖k‖), gates (β, decay) and the
+// workgroup's v columns (token c at c·COLS).
+var<workgroup> qs: array<f32, CH * DK>;
+var<workgroup> ks: array<f32, CH * DK>;
+var<workgroup> nrm: array<vec2<f32>, CH>;
+var<workgroup> gate: array<vec2<f32>, CH>;
+var<workgroup> vs: array<f32, CH * COLS>;
 //#if !SG
 var<workgroup> red: array<vec2<f32>, WG>;
 //#endif
@@ -154,85 +165,112 @@ fn main(
 //#if TREE
     let hs = nv * DK * dv;
 //#endif
-    for (var t = 0u; t < t_n; t++) {
-//#if TREE
-        let par = Par[t];
-        if live && par != i32(t) - 1 {
-            if par < 0 {
-//#unroll r R
-                s[%{r}] = S[sbase + %{r}u * rstep];
-//#end
-            } else {
-                let src = u32(par) * hs + sbase;
-//#unroll r R
-                s[%{r}] = Tok[src + %{r}u * rstep];
-//#end
-            }
-        }
-//#endif
-        let row = t * qkv_stride;
-        for (var i = tid; i < DK; i += WG) {
-            qs[i] = QKV[row + kh * DK + i];
-            ks[i] = QKV[row + key_dim + kh * DK + i];
+    for (var t0 = 0u; t0 < t_n; t0 += CH) {
+        let n = min(CH, t_n - t0);
+        // The chunk's inputs, which do not depend on the state: raw q, k and v, and the gates
+        // (invocation c takes token c).
+        for (var e = tid; e < n * DK; e += WG) {
+            let row = (t0 + e / DK) * qkv_stride + kh * DK + e % DK;
+            qs[e] = QKV[row];
+            ks[e] = QKV[row + key_dim];
 //#if LOG
             if logs_qk {
-                Lg[t * log_row + kh * DK + i] = qs[i];
-                Lg[t * log_row + key_dim + kh * DK + i] = ks[i];
+                let lrow = (t0 + e / DK) * log_row + kh * DK + e % DK;
+                Lg[lrow] = qs[e];
+                Lg[lrow + key_dim] = ks[e];
+            }
+//#endif
+        }
+        for (var e = tid; e < n * COLS; e += WG) {
+            let jj = wid.y * COLS + e % COLS;
+            var v = 0.0;
+            if jj < dv {
+                v = QKV[(t0 + e / COLS) * qkv_stride + 2u * key_dim + h * dv + jj];
+//#if LOG
+                Lg[(t0 + e / COLS) * log_row + 2u * key_dim + h * dv + jj] = v;
+//#endif
+            }
+            vs[e] = v;
+        }
+        if tid < n {
+            let b_raw = B[b_off + (t0 + tid) * ba_stride + h];
+            let a_raw = A[a_off + (t0 + tid) * ba_stride + h];
+            gate[tid] = vec2(1.0 / (1.0 + exp(-b_raw)), exp(sa * softplus(a_raw + dt)));
+//#if LOG
+            if wid.y == 0u {
+                Lg[(t0 + tid) * log_row + conv_dim + h] = b_raw;
+                Lg[(t0 + tid) * log_row + conv_dim + nv + h] = a_raw;
             }
 //#endif
         }
         workgroupBarrier();
-        var sq = vec2(0.0);
+        // The norms: the lanes of column c take token c (CH ≤ COLS), each part summing its rows as
+        // every column did when the norms were computed per token, so the bits are those.
+        {
+            let c = lane / SPLIT;
+            var sq = vec2(0.0);
+            if c < n {
 //#unroll r R
-        let q%{r} = qs[%{r}u * SPLIT + part];
-        let k%{r} = ks[%{r}u * SPLIT + part];
-        sq += vec2(q%{r} * q%{r}, k%{r} * k%{r});
+                let q%{r} = qs[c * DK + %{r}u * SPLIT + part];
+                let k%{r} = ks[c * DK + %{r}u * SPLIT + part];
+                sq += vec2(q%{r} * q%{r}, k%{r} * k%{r});
 //#end
-        let n2 = col_sum(sq, lane);
-        let rq = 1.0 / sqrt(n2.x + eps);
-        let rk = 1.0 / sqrt(n2.y + eps);
-        let b_raw = B[b_off + t * ba_stride + h];
-        let a_raw = A[a_off + t * ba_stride + h];
-        let beta = 1.0 / (1.0 + exp(-b_raw));
-        let decay = exp(sa * softplus(a_raw + dt));
-        var kv = 0.0;
-//#unroll r R
-        s[%{r}] *= decay;
-        kv += s[%{r}] * (k%{r} * rk);
-//#end
-        kv = col_sum(vec2(kv, 0.0), lane).x;
-        var v = 0.0;
-        if live {
-            v = QKV[row + 2u * key_dim + h * dv + j];
+            }
+            let n2 = col_sum(sq, lane);
+            if c < n && part == 0u {
+                nrm[c] = vec2(1.0 / sqrt(n2.x + eps), 1.0 / sqrt(n2.y + eps));
+            }
         }
-//#if LOG
-        if live && part == 0u {
-            Lg[t * log_row + 2u * key_dim + h * dv + j] = v;
-        }
-        if wid.y == 0u && tid == 0u {
-            Lg[t * log_row + conv_dim + h] = b_raw;
-            Lg[t * log_row + conv_dim + nv + h] = a_raw;
-        }
-//#endif
-        let delta = (v - kv) * beta;
-        var o = 0.0;
-//#unroll r R
-        s[%{r}] += (k%{r} * rk) * delta;
-        o += s[%{r}] * ((q%{r} * rq) * q_scale);
-//#end
-        o = col_sum(vec2(o, 0.0), lane).x;
-        if live && part == 0u {
-            O[(t * nv + h) * dv + j] = o;
-        }
+        workgroupBarrier();
+        // The recurrence, token by token: no global load, gate or norm on its path.
+        for (var c = 0u; c < n; c++) {
+            let t = t0 + c;
 //#if TREE
-        if live {
-            let dst = t * hs + sbase;
+            let par = Par[t];
+            if live && par != i32(t) - 1 {
+                if par < 0 {
 //#unroll r R
-            Tok[dst + %{r}u * rstep] = s[%{r}];
+                    s[%{r}] = S[sbase + %{r}u * rstep];
 //#end
-        }
+                } else {
+                    let src = u32(par) * hs + sbase;
+//#unroll r R
+                    s[%{r}] = Tok[src + %{r}u * rstep];
+//#end
+                }
+            }
 //#endif
-        // qs, ks are rewritten for the next token.
+            let rq = nrm[c].x;
+            let rk = nrm[c].y;
+            let beta = gate[c].x;
+            let decay = gate[c].y;
+            var kv = 0.0;
+//#unroll r R
+            let k%{r} = ks[c * DK + %{r}u * SPLIT + part];
+            s[%{r}] *= decay;
+            kv += s[%{r}] * (k%{r} * rk);
+//#end
+            kv = col_sum(vec2(kv, 0.0), lane).x;
+            let delta = (vs[c * COLS + lane / SPLIT] - kv) * beta;
+            var o = 0.0;
+//#unroll r R
+            s[%{r}] += (k%{r} * rk) * delta;
+            o += s[%{r}] * ((qs[c * DK + %{r}u * SPLIT + part] * rq) * q_scale);
+//#end
+            o = col_sum(vec2(o, 0.0), lane).x;
+            if live && part == 0u {
+                O[(t * nv + h) * dv + j] = o;
+            }
+//#if TREE
+            if live {
+                let dst = t * hs + sbase;
+//#unroll r R
+                Tok[dst + %{r}u * rstep] = s[%{r}];
+//#end
+            }
+//#endif
+        }
+        // The next chunk rewrites the staged inputs.
         workgroupBarrier();
     }
 //#if !TREE

@@ -407,7 +407,8 @@ fn gated_delta_net_rows_do_not_depend_on_the_call_width() {
             head_map: HeadMap::Grouped,
             l2_eps: 1e-6,
         };
-        let t = 6;
+        // Two of the shader's 8-token chunks and a part.
+        let t = 19;
         let mut rng = Rng::new(5);
         let qkv = rng.vec_normal(t * p.conv_dim(), 1.0);
         let b = rng.vec_normal(t * nv, 1.0);

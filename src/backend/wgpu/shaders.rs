@@ -689,9 +689,17 @@ pub fn gdn_shape(dk: usize, dv: usize, sg_min: u32) -> GdnShape {
     }
 }
 
+/// Tokens a gated-delta-net workgroup prepares at once (`CH`): the norms pass gives each of them
+/// one column's lanes, and the staged q and k (2 · CH · dk floats) stay within 8 KiB of the
+/// 16 KiB of workgroup memory WebGPU guarantees.
+pub fn gdn_chunk(dk: u32, s: GdnShape) -> u32 {
+    8.min(s.cols).min(2048 / dk.max(1)).max(1)
+}
+
 pub fn gdn_key(dk: u32, s: GdnShape, sa: DType, dt: DType) -> ShaderKey {
     ShaderKey::new("gdn")
         .c("WG", s.cols * s.split)
+        .c("CH", gdn_chunk(dk, s))
         .c("COLS", s.cols)
         .c("SPLIT", s.split)
         .c("DK", dk)
