@@ -7,12 +7,13 @@
 # - ncu's duration of gdn_dk128 at 16 and 1 rows in the 8-layer cut, both builds;
 # - greedy tokens of both builds (must be equal) and the gdn GPU tests (bit equality of 37 rows
 #   at once against one-row calls, the tree ops);
+# - the wgpu 16-row step, both builds (the wgpu gated delta net is chunked too);
 # - the DFlash2 chain on the code profile (its verify runs gdn_dk128_log), both builds;
 # - on an H200, llama.cpp's CUDA build beside all that, then the same-run table.
-#   run(command="C=carry/s44 bash tools/device/s44.sh 2>&1 | tee $OUT/a.log",
-#       carry=["carry/s44", ".gl", "llcpp"])
+#   run(command="C=carry/s44b bash tools/device/s44.sh 2>&1 | tee $OUT/a.log",
+#       carry=["carry/s44b", ".gl", "llcpp"])
 set -u
-C=${C:-carry/s44}
+C=${C:-carry/s44b}
 source tools/device/env.sh
 LIM=${LIM:-570}
 B1=$B
@@ -49,6 +50,9 @@ for b in $B1 $B0; do
 done
 left 60 && DELTASPEC_REQUIRE_GPU=1 timeout -k 5 60 $C/hip_ops --test-threads=1 gated_delta 2>&1 |
     grep -E "^test |result|panicked" | sed "s/^/[hip_ops] /"
+# The wgpu 16-row step (its gated delta net chunked the same way at defd71c).
+B=$B1 b "wgpu 16 rows new" wgpu -n 8 --rows 16 --bw-mib 64 --warmup-ms 500
+B=$B0 b "wgpu 16 rows old" wgpu -n 8 --rows 16 --bw-mib 64 --warmup-ms 500
 # On an H200 the same-run table comes first of what is left.
 if ((h200 == 0)); then
     left 150 && spec hip:cuda chain code | sed "s/^/[new] /"
