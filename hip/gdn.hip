@@ -141,6 +141,7 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     constexpr u32 R = DK / SPLIT;
     constexpr u32 RP = R + 4;       // one part's padded rows
     constexpr u32 DKP = SPLIT * RP; // one token's padded q or k
+    constexpr u32 VE = GDN_CHUNK * COLS / WARP;  // v values a lane stages per chunk
     static_assert(GDN_CHUNK <= WARP, "one lane per token computes the gates");
     __shared__ float qn[GDN_CHUNK][DKP];
     __shared__ float kn[GDN_CHUNK][DKP];
@@ -156,6 +157,7 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     float* S = state + col;                  // column j: S[i * dv]
     const u32 i0 = part * R;                 // first state row of this lane
     const u32 key_dim = p.nk * DK;
+    const float sa = ssm_a[h], dtb = dt_bias[h];
     [[maybe_unused]] const u32 conv_dim = 2 * key_dim + p.nv * p.dv;
     // LOG: q and k of key head kh are written by one block, its first value head's column 0.
     [[maybe_unused]] const bool logs_qk = bid_y() == 0 && h == (p.tiled ? kh : kh * (p.nv / p.nk));
@@ -164,26 +166,39 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
     for (u32 i = 0; i < R; ++i) s[i] = active ? S[(u64)(i0 + i) * p.dv] : 0.0f;
     for (u32 t0 = 0; t0 < p.T; t0 += GDN_CHUNK) {
         const u32 n = p.T - t0 < GDN_CHUNK ? p.T - t0 : GDN_CHUNK;
-        // q, k of U tokens at a time, so their loads and shuffles overlap.
+        // Every load of the chunk goes out before any is used, so the chunk costs one memory
+        // round trip: v and the gates' inputs into registers, then q and k of U tokens at a time
+        // (gdn_prep_qk), so their loads and shuffles overlap too.
+        float vr[VE];
+#pragma unroll
+        for (u32 u = 0; u < VE; ++u) {
+            const u32 e = lane + u * WARP, r = e / COLS, jj = bid_y() * COLS + e % COLS;
+            vr[u] = r < n && jj < p.dv ? qkv[(u64)(t0 + r) * p.qs + 2 * key_dim + (u64)h * p.dv + jj] : 0.0f;
+        }
+        float braw = 0.0f, araw = 0.0f;
+        if (lane < n) {
+            braw = b[(u64)(t0 + lane) * p.bs + h];
+            araw = a[(u64)(t0 + lane) * p.bs + h];
+        }
         u32 c = 0;
 #pragma unroll 1
         for (; c + 4 <= n; c += 4) gdn_prep_qk<DK, R, RP, 4, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
 #pragma unroll 1
         for (; c < n; ++c) gdn_prep_qk<DK, R, RP, 1, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
-        // v of this block's columns, and the gates: lane c takes token c.
-        for (u32 e = lane; e < n * COLS; e += WARP) {
-            const u32 r = e / COLS, jj = bid_y() * COLS + e % COLS;
-            const float v = jj < p.dv ? qkv[(u64)(t0 + r) * p.qs + 2 * key_dim + (u64)h * p.dv + jj] : 0.0f;
-            vs[r][e % COLS] = v;
-            if constexpr (LOG) {
-                if (jj < p.dv) log[(u64)(t0 + r) * (conv_dim + 2 * p.nv) + 2 * key_dim + h * p.dv + jj] = v;
+#pragma unroll
+        for (u32 u = 0; u < VE; ++u) {
+            const u32 e = lane + u * WARP, r = e / COLS, jj = bid_y() * COLS + e % COLS;
+            if (r < n) {
+                vs[r][e % COLS] = vr[u];
+                if constexpr (LOG) {
+                    if (jj < p.dv) log[(u64)(t0 + r) * (conv_dim + 2 * p.nv) + 2 * key_dim + h * p.dv + jj] = vr[u];
+                }
             }
         }
+        // The gates: lane c takes token c.
         if (lane < n) {
-            const u64 bi = (u64)(t0 + lane) * p.bs + h;
-            const float braw = b[bi], araw = a[bi];
             betas[lane] = ds_sigmoid(braw);
-            decays[lane] = ds_expf(ssm_a[h] * ds_softplus(araw + dt_bias[h]));
+            decays[lane] = ds_expf(sa * ds_softplus(araw + dtb));
             if constexpr (LOG) {
                 if (bid_y() == 0) {
                     float* row = log + (u64)(t0 + lane) * (conv_dim + 2 * p.nv);
