@@ -61,8 +61,19 @@ DEV void gdn_load_qk(const float* __restrict__ qkv, u32 t, u32 kh, const GdnArgs
     sync_block();
 }
 
-// Tokens whose inputs the register variants prepare together (see gdn_regs).
+// Tokens whose inputs the register variants prepare together (see gdn_regs), how many of them
+// gdn_prep_qk takes at once, and whether the recurrence takes two tokens an iteration. AMD: two
+// at once and one token an iteration, since four at once spilled gdn_dk128_log (87 registers
+// past the 192 that clang 19 gives it for gfx1100/gfx1151/gfx1201) and two with the pairs left
+// no margin (hip_build checks that no kernel spills).
 constexpr u32 GDN_CHUNK = 16;
+#if defined(__AMDGPU__)
+constexpr u32 GDN_PREP_U = 2;
+constexpr bool GDN_PAIR = false;
+#else
+constexpr u32 GDN_PREP_U = 4;
+constexpr bool GDN_PAIR = true;
+#endif
 
 // The register variants' preparation of tokens t .. t + U - 1 (rows c .. c + U - 1 of the
 // chunk): q and k L2-normalised (per lane in increasing i, then over the warp: the generic
@@ -182,7 +193,8 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
         }
         u32 c = 0;
 #pragma unroll 1
-        for (; c + 4 <= n; c += 4) gdn_prep_qk<DK, R, RP, 4, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
+        for (; c + GDN_PREP_U <= n; c += GDN_PREP_U)
+            gdn_prep_qk<DK, R, RP, GDN_PREP_U, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
 #pragma unroll 1
         for (; c < n; ++c) gdn_prep_qk<DK, R, RP, 1, LOG>(qkv, t0 + c, c, kh, logs_qk, log, p, qn, kn);
 #pragma unroll
@@ -235,19 +247,25 @@ DEV void gdn_regs(const float* __restrict__ qkv, const float* __restrict__ b, co
         };
         float* o_at = out + ((u64)t0 * p.nv + h) * p.dv + j;  // row r: o_at[r * nv * dv]
         const bool writes = active && part == 0;
-        // Two tokens an iteration: token r's o sum and token r + 1's kv sum are independent
-        // chains of adds, which the compiler interleaves only within one iteration.
+        auto one = [&](u32 r) {
+            const float o = token(r);
+            if (writes) o_at[(u64)r * p.nv * p.dv] = o;
+        };
+        if constexpr (GDN_PAIR) {
+            // Two tokens an iteration: token r's o sum and token r + 1's kv sum are independent
+            // chains of adds, which the compiler interleaves only within one iteration.
 #pragma unroll 1
-        for (c = 0; c + 2 <= n; c += 2) {
-            const float o0 = token(c), o1 = token(c + 1);
-            if (writes) {
-                o_at[(u64)c * p.nv * p.dv] = o0;
-                o_at[(u64)(c + 1) * p.nv * p.dv] = o1;
+            for (c = 0; c + 2 <= n; c += 2) {
+                const float o0 = token(c), o1 = token(c + 1);
+                if (writes) {
+                    o_at[(u64)c * p.nv * p.dv] = o0;
+                    o_at[(u64)(c + 1) * p.nv * p.dv] = o1;
+                }
             }
-        }
-        if (c < n) {
-            const float o0 = token(c);
-            if (writes) o_at[(u64)c * p.nv * p.dv] = o0;
+            if (c < n) one(c);
+        } else {
+#pragma unroll 1
+            for (c = 0; c < n; ++c) one(c);
         }
         sync_block();  // the next chunk's prologue rewrites the shared rows
     }

@@ -787,6 +787,19 @@ fn gdn_graph(p: GdnParams, t: usize) -> Graph {
     b.build()
 }
 
+/// The delta net's per-head weights: ssm_a in [-16, -0.01), dt_bias (f16) in [0.5, 1.5).
+fn gdn_weights(rng: &mut Rng, nv: usize) -> WeightStore {
+    let ssm_a: Vec<f32> = (0..nv).map(|_| -rng.range(0.01, 16.0)).collect();
+    let dt: Vec<f32> = (0..nv).map(|_| rng.range(0.5, 1.5)).collect();
+    store(vec![
+        ("ssm_a", HostTensor::from_f32(&[nv], &ssm_a)),
+        (
+            "dt_bias",
+            HostTensor::from_bytes(DType::F16, &[nv], quant::quantize(DType::F16, &dt).unwrap()),
+        ),
+    ])
+}
+
 #[test]
 fn gated_delta_net_register_and_generic_paths() {
     for (dk, dv) in [(64, 64), (128, 128), (128, 40), (48, 72)] {
@@ -800,19 +813,7 @@ fn gated_delta_net_register_and_generic_paths() {
                 l2_eps: 1e-6,
             };
             let mut rng = Rng::new((dk * 1000 + dv) as u64);
-            let ssm_a: Vec<f32> = (0..p.nv).map(|_| -rng.range(0.01, 16.0)).collect();
-            let dt: Vec<f32> = (0..p.nv).map(|_| rng.range(0.5, 1.5)).collect();
-            let w = store(vec![
-                ("ssm_a", HostTensor::from_f32(&[p.nv], &ssm_a)),
-                (
-                    "dt_bias",
-                    HostTensor::from_bytes(
-                        DType::F16,
-                        &[p.nv],
-                        quant::quantize(DType::F16, &dt).unwrap(),
-                    ),
-                ),
-            ]);
+            let w = gdn_weights(&mut rng, p.nv);
             let Some(mut pair) = Pair::new(
                 "gated_delta_net",
                 &w,
@@ -855,18 +856,7 @@ fn gated_delta_net_rows_at_once_equal_one_row_calls() {
             l2_eps: 1e-6,
         };
         let mut rng = Rng::new((dk * 7 + dv) as u64);
-        let ssm_a: Vec<f32> = (0..p.nv).map(|_| -rng.range(0.01, 16.0)).collect();
-        let w = store(vec![
-            ("ssm_a", HostTensor::from_f32(&[p.nv], &ssm_a)),
-            (
-                "dt_bias",
-                HostTensor::from_bytes(
-                    DType::F16,
-                    &[p.nv],
-                    quant::quantize(DType::F16, &vec![1.0; p.nv]).unwrap(),
-                ),
-            ),
-        ]);
+        let w = gdn_weights(&mut rng, p.nv);
         let Some(mut pair) = Pair::new(
             "gated_delta_net_rows",
             &w,
