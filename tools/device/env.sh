@@ -20,6 +20,9 @@ export WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=$(mktemp -d)
 # The CLI tests among the carried test binaries run this binary.
 export DELTASPEC_BIN="$C/deltaspec"
 B=$C/deltaspec
+# A/B scripts: B1 the carried build, B0 a base build carried beside it as ds0 (if any).
+B1=$B
+B0=$C/ds0
 OUT=${OUT:-/tmp/out}  # where scripts put logs ($OUT on the device)
 mkdir -p "$OUT"
 W=/tmp/w

@@ -16,8 +16,6 @@ set -u
 C=${C:-carry/s44b}
 source tools/device/env.sh
 LIM=${LIM:-570}
-B1=$B
-B0=$C/ds0
 h200=0
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
 ((h200)) && [ -f llcpp/llama.cpp.tar.xz ] && llama_bg $OUT/llama.log

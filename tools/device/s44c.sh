@@ -8,8 +8,6 @@ set -u
 C=${C:-carry/s44c}
 source tools/device/env.sh
 LIM=${LIM:-350}
-B1=$B
-B0=$C/ds0
 mk
 mk8
 export DV_N=16 DV_WARM=500 DV_SPARE=30
